@@ -1,0 +1,25 @@
+# Third-party libraries, all from Debian packages (scripts/install-deps.sh installs them).
+include_guard(GLOBAL)
+
+find_package(Threads REQUIRED)
+find_package(OpenSSL 3 REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)
+if(INFERGATE_BUILD_TESTS OR INFERGATE_GPU_PORTABLE)
+  find_package(GTest REQUIRED)
+endif()
+if(INFERGATE_BUILD_BENCH OR INFERGATE_GPU_PORTABLE)
+  find_package(benchmark REQUIRED)
+endif()
+
+if(NOT INFERGATE_GPU_PORTABLE)
+  find_package(CLI11 REQUIRED)
+  find_package(yaml-cpp REQUIRED)
+  find_package(cpprestsdk REQUIRED)
+  find_package(prometheus-cpp REQUIRED)  # Debian's has no version file: ask for none
+  find_package(ZLIB REQUIRED)
+  # Debian's cpprestsdk target does not carry its OpenSSL link ("DSO missing from command line").
+  add_library(infergate_cpprest INTERFACE)
+  target_link_libraries(infergate_cpprest INTERFACE cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto
+                                                    Threads::Threads)
+  add_library(infergate::cpprest ALIAS infergate_cpprest)
+endif()
