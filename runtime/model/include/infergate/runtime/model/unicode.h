@@ -1,0 +1,36 @@
+// The Unicode the tokenizer needs, without a regex engine or ICU: UTF-8 decoding that tolerates
+// invalid bytes, the Letter / Number / White_Space classes behind \p{L}, \p{N} and \s, and NFC.
+// Tables are generated from Python's unicodedata (tools/gen_unicode_tables.py).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace infergate::runtime::model::unicode {
+
+// The Unicode version the tables were generated from ("14.0.0").
+std::string_view tables_version();
+
+bool is_letter(char32_t cp);      // general category L* (\p{L})
+bool is_number(char32_t cp);      // general category N* (\p{N})
+bool is_whitespace(char32_t cp);  // the White_Space property (\s in Unicode-aware regexes)
+uint8_t combining_class(char32_t cp);
+
+// One decoded unit of a byte string. An invalid or truncated sequence yields one unit per byte
+// with valid == false, so every byte of the input belongs to exactly one unit.
+struct Unit {
+  char32_t cp;  // the code point, or the raw byte value when !valid
+  uint8_t len;  // bytes consumed (1..4)
+  bool valid;
+};
+// Decodes the unit starting at s[i] (i < s.size()). Strict: overlong forms, surrogates and code
+// points above U+10FFFF are invalid.
+Unit decode(std::string_view s, size_t i);
+bool is_valid_utf8(std::string_view s);
+void append_utf8(std::string& out, char32_t cp);
+
+// Normalisation Form C. Invalid bytes are passed through unchanged and act as starters.
+std::string nfc(std::string_view s);
+
+}  // namespace infergate::runtime::model::unicode

@@ -1,0 +1,101 @@
+// Unicode classes, UTF-8 decoding and NFC, checked against Python's unicodedata where it matters.
+#include "infergate/runtime/model/unicode.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "infergate/common/encoding.h"
+#include "testing.h"
+
+namespace infergate::runtime::model::unicode {
+namespace {
+
+TEST(Unicode, ClassifiesLettersNumbersAndWhitespace) {
+  EXPECT_TRUE(is_letter(U'a'));
+  EXPECT_TRUE(is_letter(U'Z'));
+  EXPECT_TRUE(is_letter(U'é'));
+  EXPECT_TRUE(is_letter(U'中'));
+  EXPECT_TRUE(is_letter(U'ж'));
+  EXPECT_TRUE(is_letter(U'ſ'));
+  EXPECT_FALSE(is_letter(U'1'));
+  EXPECT_FALSE(is_letter(U'_'));
+  EXPECT_FALSE(is_letter(0x301));  // combining acute: a mark, not a letter
+  EXPECT_TRUE(is_number(U'7'));
+  EXPECT_TRUE(is_number(U'٣'));  // Arabic-Indic three
+  EXPECT_TRUE(is_number(U'½'));
+  EXPECT_TRUE(is_number(U'Ⅻ'));  // letter-like number (Nl)
+  EXPECT_FALSE(is_number(U'a'));
+  for (char32_t c : {U' ', U'\t', U'\n', U'\r', U'\v', U'\f', char32_t{0x85}, char32_t{0xa0},
+                     char32_t{0x3000}, char32_t{0x2009}}) {
+    EXPECT_TRUE(is_whitespace(c)) << static_cast<uint32_t>(c);
+  }
+  EXPECT_FALSE(is_whitespace(0x200b));  // zero width space is not White_Space
+  EXPECT_FALSE(is_whitespace(0x1c));
+}
+
+TEST(Unicode, DecodesValidUtf8AndMarksEachInvalidByte) {
+  std::string s = "a\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80";
+  std::vector<char32_t> cps;
+  for (size_t i = 0; i < s.size();) {
+    Unit u = decode(s, i);
+    ASSERT_TRUE(u.valid);
+    cps.push_back(u.cp);
+    i += u.len;
+  }
+  EXPECT_EQ(cps, (std::vector<char32_t>{U'a', U'é', U'中', U'😀'}));
+  for (std::string bad : {std::string("\xff"), std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
+                          std::string("\xf4\x90\x80\x80"), std::string("\xe4\xb8"), std::string("\x80")}) {
+    EXPECT_FALSE(is_valid_utf8(bad)) << hex_encode(bad);
+    Unit u = decode(bad, 0);
+    EXPECT_FALSE(u.valid);
+    EXPECT_EQ(u.len, 1);
+  }
+}
+
+TEST(Unicode, NfcComposesDecomposedText) {
+  EXPECT_EQ(nfc("e\xcc\x81"), "\xc3\xa9");                     // e + combining acute -> é
+  EXPECT_EQ(nfc("\xe1\x84\x80\xe1\x85\xa1"), "\xea\xb0\x80");  // Hangul L + V -> 가
+  EXPECT_EQ(nfc("\xe2\x84\xab"), "\xc3\x85");                  // Angstrom sign -> Å (singleton)
+  // Canonical ordering: dot below (220) sorts before acute (230); then composition.
+  EXPECT_EQ(nfc("a\xcc\x81\xcc\xa3"), nfc("a\xcc\xa3\xcc\x81"));
+  EXPECT_EQ(nfc("plain ascii"), "plain ascii");
+  EXPECT_EQ(nfc("x\xff\xcc\x81y"), "x\xff\xcc\x81y") << "invalid bytes pass through and block composition";
+}
+
+TEST(Unicode, NfcAgreesWithPythonOnRandomText) {
+  // Random strings drawn from alphabets that exercise decomposition, reordering and composition.
+  std::mt19937 rng(12345);
+  std::vector<char32_t> pool = {U'a',      U'e',      U'o',      U'A',      U'\u0301', U'\u0300',
+                                U'\u0323', U'\u0308', U'\u0327', U'\u00e9', U'\u1e9b', U'\u212b',
+                                U'\u1100', U'\u1161', U'\u11a8', U'\uac00', U'\u0958', U'\u0915',
+                                U'\u093c', U'\u00c5', U'\u0344', U'中',     U' '};
+  std::string input_lines;
+  std::vector<std::string> inputs;
+  for (int n = 0; n < 300; ++n) {
+    std::string s;
+    int len = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < len; ++k) append_utf8(s, pool[rng() % pool.size()]);
+    inputs.push_back(s);
+    input_lines += hex_encode(s) + "\n";
+  }
+  auto dir = testing::temp_dir();
+  testing::write_bytes(dir.path() / "in.txt", input_lines);
+  std::string script =
+      "import sys, unicodedata\n"
+      "for line in open(sys.argv[1]):\n"
+      "    s = bytes.fromhex(line.strip()).decode('utf-8')\n"
+      "    print(unicodedata.normalize('NFC', s).encode('utf-8').hex())\n";
+  testing::write_bytes(dir.path() / "nfc.py", script);
+  auto r = testing::run_python({(dir.path() / "nfc.py").string(), (dir.path() / "in.txt").string()});
+  ASSERT_TRUE(r.status.success()) << r.err;
+  std::istringstream expected(r.out);
+  for (const auto& s : inputs) {
+    std::string line;
+    ASSERT_TRUE(std::getline(expected, line));
+    EXPECT_EQ(hex_encode(nfc(s)), line) << "input " << hex_encode(s) << " (seed 12345)";
+  }
+}
+
+}  // namespace
+}  // namespace infergate::runtime::model::unicode
