@@ -19,8 +19,8 @@ packages=(
   # well-kept libraries instead of hand-written code: JSON, command lines
   nlohmann-json3-dev libcli11-dev
   # tests: the independent NumPy reference, YAML checks, promtool and a real Prometheus,
-  # headless rendering of the report
-  python3 python3-numpy python3-yaml prometheus chromium
+  # headless rendering of the report; python3-regex (\p{L} classes) is the tokenizer tests' oracle
+  python3 python3-numpy python3-yaml python3-regex prometheus chromium
   # coreutils' sha256sum is the reference the agent is compared with
   coreutils findutils procps psmisc
 )
