@@ -1,0 +1,58 @@
+// Deterministic synthetic checkpoints in Hugging Face layout, for tests, demos and benchmarks (nothing
+// downloads weights). Same options, same bytes.
+//
+// Weights: each tensor draws from its own counter-based generator seeded by (seed, tensor name), with
+// an approximately normal distribution (the sum of six uniforms; plain IEEE arithmetic, so the bytes
+// do not depend on the maths library). Scales are chosen so the model is numerically tame and its
+// next-token distributions are peaked: after the final RMSNorm the hidden state has unit RMS, and
+// lm_head rows have std kLogitStd / sqrt(hidden), so logits have std kLogitStd (6): with a vocabulary
+// of 512 the top token then carries about 60% of the probability (about 1.7 bits of entropy out of 9),
+// far from uniform, so top-1 agreement between weight or KV formats means something.
+// Outlier channels (--outlier-channels N): in every layer, N key channels (whole rotary pairs) of
+// every KV head are scaled up by kOutlierScale (rows of k_proj, and its bias), and the same query
+// channels scaled down by the same factor, so q.k, and hence the fp32 model, is unchanged while keys
+// get the large-magnitude channels real LLMs have: per-token int4 keys then lose the other channels,
+// per-channel keys do not.
+// Tokenizer: byte-level BPE trained deterministically on a built-in multilingual text (real merges),
+// with <|begin_of_text|>, <|end_of_text|>, <|im_start|>, <|im_end|> as special tokens and reserved
+// special tokens filling any vocabulary the merges do not reach.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "infergate/common/result.h"
+#include "infergate/runtime/model/config.h"
+#include "infergate/runtime/model/dtype.h"
+
+namespace infergate::runtime::model {
+
+inline constexpr double kLogitStd = 6.0;
+inline constexpr float kOutlierScale = 16.0f;
+
+struct TestModelOptions {
+  std::filesystem::path out;
+  Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm or kGlm4
+  int64_t layers = 2;
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t vocab = 512;
+  uint64_t seed = 0;
+  int64_t intermediate = 0;  // 0: 8/3 x hidden rounded up to a multiple of 32
+  int64_t outlier_channels = 0;
+  DType dtype = DType::kF16;  // kF16, kBF16 or kF32
+  int64_t max_position = 4096;
+  bool tie_embeddings = false;
+  uint64_t max_shard_bytes = 0;  // 0: one model.safetensors; else shards plus an index
+  bool force = false;            // replace a non-empty output directory
+};
+
+// Writes the model into options.out atomically (see staged_dir.h). Errors name the offending option.
+Status make_test_model(const TestModelOptions& options);
+
+// The text the test tokenizer is trained on.
+std::string_view test_model_training_text();
+
+}  // namespace infergate::runtime::model

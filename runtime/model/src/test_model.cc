@@ -1,0 +1,381 @@
+// The synthetic test-model generator (see test_model.h for the weight scheme).
+#include "infergate/runtime/model/test_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "infergate/common/fs.h"
+#include "infergate/common/json.h"
+#include "infergate/runtime/model/safetensors_writer.h"
+#include "infergate/runtime/model/staged_dir.h"
+#include "infergate/runtime/model/tokenizer.h"
+
+namespace infergate::runtime::model {
+namespace {
+namespace fs = std::filesystem;
+using OJson = nlohmann::ordered_json;
+
+constexpr std::string_view kTrainingText =
+    R"TEXT(The model server starts only after the init container has checked every file against the signed manifest.
+If a shard changed, the digest differs, and the pod never becomes ready; the operator rolls the canary back.
+Weights are compressed from sixteen bits to eight or four, and the KV cache can be quantized as well, which
+lets the same GPU hold longer contexts and more concurrent requests. Each change is released as its own stage:
+first the weights, then the cache, then the capacity. A stage is promoted only when quality and latency gates
+pass; otherwise it is rolled back automatically, and the stable replicas keep serving.
+It's a careful process, isn't it? We'll measure everything: tokens per second, time to first token, queue time.
+They'd rather wait for the numbers than guess. I've seen rollouts fail because nobody looked at the KL divergence.
+Numbers: 1, 2, 3, 10, 42, 128, 256, 1024, 4096, 32768, 131072; 3.14159, 2.71828, 0.001, 99.9%.
+Dates like 2024-05-17 and times like 12:30:45 appear in logs, next to sizes such as 7.2 GiB and 141 GB.
+
+部署大语言模型时，服务进程只会在初始化容器验证所有文件之后启动。如果任何一个分片被修改，摘要就会不同，
+容器不会进入就绪状态，控制器会自动回滚金丝雀版本。权重可以从十六位压缩到八位或四位，键值缓存也可以量化，
+这样同一块显卡就能容纳更长的上下文和更多的并发请求。每一次变更都作为单独的阶段发布：先是权重，然后是缓存，
+最后是容量。只有质量和延迟指标都通过时才会推广，否则自动回滚，稳定版本继续提供服务。
+我们测量每秒生成的令牌数、首个令牌的延迟和排队时间。模型、数据、验证、签名、发布、回滚、指标、质量。
+
+Привет! Модель загружается только после проверки подписи. Bonjour, le modèle démarre après la vérification.
+Hola, el modelo se carga después de verificar la firma. こんにちは、署名を確認してからモデルを読み込みます。
+
+def quantize(weights, group_size=128):
+    scales = [max(abs(w) for w in group) / 7 for group in chunks(weights, group_size)]
+    return [round(w / s) for w, s in zip(weights, scales)]
+
+for (int i = 0; i < n; ++i) { out[i] = scale * static_cast<float>(q[i]); }
+{"model": "test", "weight_format": "int4", "kv_cache_dtype": "int8", "max_context_length": 32768}
+)TEXT";
+
+const std::vector<std::string> kSpecialTokens = {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>",
+                                                 "<|im_end|>"};
+constexpr std::string_view kChatTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% "
+    "endif %}";
+
+// xoshiro256** seeded by splitmix64.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (auto& s : s_) s = splitmix(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Approximately standard normal: the sum of six uniforms, centred and scaled to unit variance.
+  double normal() {
+    double sum = 0;
+    for (int k = 0; k < 3; ++k) {
+      uint64_t x = next();
+      sum += static_cast<double>(x >> 32) * 0x1p-32 + static_cast<double>(x & 0xffffffffu) * 0x1p-32;
+    }
+    return (sum - 3.0) * 1.4142135623730951;
+  }
+  static uint64_t splitmix(uint64_t& x) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+uint64_t seed_for(uint64_t seed, std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (char c : name) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  uint64_t x = seed ^ h;
+  return Rng::splitmix(x);
+}
+
+Error option_error(std::string_view flag, std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::string(flag) + ": " + message, "InvalidOption")
+      .with_detail("option", std::string(flag));
+}
+
+Status validate(const TestModelOptions& o) {
+  if (o.arch != Architecture::kLlama && o.arch != Architecture::kQwen2 && o.arch != Architecture::kGlm &&
+      o.arch != Architecture::kGlm4) {
+    return option_error("--arch", "expected llama, qwen2, glm or glm4");
+  }
+  if (o.layers < 1 || o.layers > 1024) return option_error("--layers", "must be in [1, 1024]");
+  if (o.hidden < 8 || o.hidden > 65536) return option_error("--hidden", "must be in [8, 65536]");
+  if (o.heads < 1 || o.hidden % o.heads != 0) return option_error("--heads", "must divide --hidden");
+  if ((o.hidden / o.heads) % 2 != 0)
+    return option_error("--heads", "hidden / heads (the head size) must be even");
+  if (o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4) {
+    if ((o.hidden / o.heads) % 4 != 0)
+      return option_error("--heads", "GLM's half rotary needs a head size divisible by 4");
+  }
+  if (o.kv_heads < 1 || o.heads % o.kv_heads != 0) return option_error("--kv-heads", "must divide --heads");
+  const int64_t min_vocab = 256 + static_cast<int64_t>(kSpecialTokens.size());
+  if (o.vocab < min_vocab || o.vocab > (1 << 20)) {
+    return option_error("--vocab", "must be in [" + std::to_string(min_vocab) +
+                                       ", 1048576] (256 byte tokens and 4 specials)");
+  }
+  if (o.intermediate < 0 || o.intermediate > 8 * 65536)
+    return option_error("--intermediate", "must be positive");
+  if (o.max_position < 16 || o.max_position > (1 << 24))
+    return option_error("--max-position", "must be in [16, 2^24]");
+  if (o.dtype != DType::kF16 && o.dtype != DType::kBF16 && o.dtype != DType::kF32) {
+    return option_error("--dtype", "expected f16, bf16 or f32");
+  }
+  return ok_status();
+}
+
+std::string torch_dtype_name(DType t) {
+  return t == DType::kF16 ? "float16" : t == DType::kBF16 ? "bfloat16" : "float32";
+}
+
+OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, int64_t eos, int64_t im_end) {
+  const bool glm = o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4;
+  OJson c;
+  c["architectures"] = OJson::array({std::string(architecture_name(o.arch))});
+  c["model_type"] = o.arch == Architecture::kLlama   ? "llama"
+                    : o.arch == Architecture::kQwen2 ? "qwen2"
+                    : o.arch == Architecture::kGlm   ? "glm"
+                                                     : "glm4";
+  c["vocab_size"] = o.vocab;
+  c["hidden_size"] = o.hidden;
+  c["intermediate_size"] = intermediate;
+  c["num_hidden_layers"] = o.layers;
+  c["num_attention_heads"] = o.heads;
+  c["num_key_value_heads"] = o.kv_heads;
+  c["head_dim"] = o.hidden / o.heads;
+  c["max_position_embeddings"] = o.max_position;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = o.arch == Architecture::kQwen2 ? 1e-6 : 1e-5;
+  c["rope_theta"] = 10000.0;
+  if (glm) {
+    c["partial_rotary_factor"] = 0.5;
+    c["attention_bias"] = true;
+    c["pad_token_id"] = eos;
+  } else if (o.arch == Architecture::kLlama) {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["rope_scaling"] = nullptr;
+  } else {
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = o.max_position;
+    c["max_window_layers"] = o.layers;
+  }
+  c["attention_dropout"] = 0.0;
+  c["tie_word_embeddings"] = o.tie_embeddings;
+  c["torch_dtype"] = torch_dtype_name(o.dtype);
+  c["bos_token_id"] = bos;
+  c["eos_token_id"] = OJson::array({eos, im_end});
+  c["infergate_test_model"] = {{"generator", "infergate-runtime make-test-model"},
+                               {"seed", o.seed},
+                               {"outlier_channels", o.outlier_channels},
+                               {"outlier_scale", kOutlierScale},
+                               {"logit_std", kLogitStd}};
+  return c;
+}
+
+// The channels (within a head) that carry outliers in `layer`: whole rotary pairs, chosen per layer.
+std::set<int64_t> outlier_channels(const TestModelOptions& o, const ModelConfig& c, int64_t layer) {
+  std::set<int64_t> out;
+  if (o.outlier_channels <= 0) return out;
+  const int64_t half = c.rotary_dim / 2;
+  const int64_t pairs = std::min<int64_t>((o.outlier_channels + 1) / 2, half);
+  std::vector<int64_t> idx(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) idx[static_cast<size_t>(i)] = i;
+  Rng rng(seed_for(o.seed, "outliers." + std::to_string(layer)));
+  for (int64_t i = 0; i < pairs; ++i) {
+    int64_t j = i + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(half - i));
+    std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
+    int64_t p = idx[static_cast<size_t>(i)];
+    if (c.rope_layout == RopeLayout::kInterleaved) {
+      out.insert(2 * p);
+      out.insert(2 * p + 1);
+    } else {
+      out.insert(p);
+      out.insert(p + half);
+    }
+  }
+  return out;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// How one tensor is drawn: value = mean + std * normal, times a per-row factor.
+struct Plan {
+  double mean = 0, std = 0;
+  std::vector<float> row_scale;  // empty: all 1
+};
+
+Plan plan_for(const ExpectedTensor& t, const TestModelOptions& o, const ModelConfig& c) {
+  Plan p;
+  const double H = static_cast<double>(c.hidden_size);
+  const double two_l = 2.0 * static_cast<double>(c.num_hidden_layers);
+  const std::string& n = t.name;
+  if (n == "model.embed_tokens.weight") {
+    p.std = c.tie_word_embeddings ? kLogitStd / std::sqrt(H) : 1.0;
+  } else if (n == "lm_head.weight") {
+    p.std = kLogitStd / std::sqrt(H);
+  } else if (ends_with(n, "norm.weight")) {
+    p.mean = 1.0;
+    p.std = 0.05;
+  } else if (ends_with(n, ".bias")) {
+    p.std = 0.1;
+  } else if (ends_with(n, "o_proj.weight")) {
+    p.std = 1.0 / std::sqrt(static_cast<double>(c.q_dim())) / std::sqrt(two_l);
+  } else if (ends_with(n, "down_proj.weight")) {
+    p.std = 1.0 / std::sqrt(static_cast<double>(c.intermediate_size)) / std::sqrt(two_l);
+  } else {
+    p.std = 1.0 / std::sqrt(H);  // q, k, v, gate, up, gate_up
+  }
+  const bool is_q = n.find(".self_attn.q_proj.") != std::string::npos;
+  const bool is_k = n.find(".self_attn.k_proj.") != std::string::npos;
+  if ((is_q || is_k) && o.outlier_channels > 0) {
+    int64_t layer = std::stoll(n.substr(std::string("model.layers.").size()));
+    std::set<int64_t> ch = outlier_channels(o, c, layer);
+    p.row_scale.assign(static_cast<size_t>(t.shape[0]), 1.0f);
+    for (size_t r = 0; r < p.row_scale.size(); ++r) {
+      if (ch.count(static_cast<int64_t>(r) % c.head_dim))
+        p.row_scale[r] = is_k ? kOutlierScale : 1.0f / kOutlierScale;
+    }
+  }
+  return p;
+}
+
+void encode_values(const float* v, size_t n, DType dtype, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(out + 4 * i, &v[i], 4);
+    } else {
+      uint16_t h = dtype == DType::kF16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+  }
+}
+
+Status write_tensor(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& plan,
+                    const TestModelOptions& o) {
+  Rng rng(seed_for(o.seed, t.name));
+  uint64_t n = 1;
+  for (uint64_t d : t.shape) n *= d;
+  const uint64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const size_t esize = dtype_size(o.dtype);
+  constexpr uint64_t kChunk = 1u << 20;
+  std::vector<float> vals;
+  std::vector<uint8_t> bytes;
+  for (uint64_t start = 0; start < n; start += kChunk) {
+    uint64_t m = std::min(kChunk, n - start);
+    vals.resize(m);
+    for (uint64_t i = 0; i < m; ++i) {
+      double v = plan.mean + plan.std * rng.normal();
+      if (!plan.row_scale.empty()) v *= plan.row_scale[(start + i) / cols];
+      vals[i] = static_cast<float>(v);
+    }
+    bytes.resize(m * esize);
+    encode_values(vals.data(), m, o.dtype, bytes.data());
+    INFERGATE_RETURN_IF_ERROR(w.write(t.name, bytes, start * esize));
+  }
+  return ok_status();
+}
+
+std::string dump(const OJson& j) { return j.dump(2) + "\n"; }
+
+}  // namespace
+
+std::string_view test_model_training_text() { return kTrainingText; }
+
+Status make_test_model(const TestModelOptions& o) {
+  INFERGATE_RETURN_IF_ERROR(validate(o));
+  const int64_t intermediate = o.intermediate > 0 ? o.intermediate : (8 * o.hidden / 3 + 31) / 32 * 32;
+
+  // Tokenizer: byte-level BPE on the built-in text; specials after the merges; reserved specials fill up.
+  const SplitPattern pattern = o.arch == Architecture::kQwen2 ? SplitPattern::kQwen2 : SplitPattern::kLlama3;
+  TrainedBpe bpe =
+      train_byte_level_bpe(kTrainingText, static_cast<size_t>(o.vocab) - kSpecialTokens.size(), pattern);
+  TokenizerJsonOptions tj;
+  tj.pattern = pattern;
+  tj.nfc = o.arch == Architecture::kQwen2;
+  tj.ignore_merges = o.arch == Architecture::kLlama;
+  tj.special_tokens = kSpecialTokens;
+  for (size_t i = 0; bpe.vocab.size() + tj.special_tokens.size() < static_cast<size_t>(o.vocab); ++i) {
+    tj.special_tokens.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
+  }
+  if (o.arch != Architecture::kQwen2) tj.bos_token = kSpecialTokens[0];
+  const int64_t base = static_cast<int64_t>(bpe.vocab.size());
+  const int64_t bos = base, eos = base + 1, im_end = base + 3;
+
+  OJson config = config_json(o, intermediate, bos, eos, im_end);
+  INFERGATE_ASSIGN_OR_RETURN(ModelConfig parsed, parse_model_config(config.dump(), "config.json"));
+
+  OJson tok_config = {{"bos_token", kSpecialTokens[0]},
+                      {"eos_token", kSpecialTokens[1]},
+                      {"pad_token", kSpecialTokens[1]},
+                      {"add_bos_token", o.arch != Architecture::kQwen2},
+                      {"add_eos_token", false},
+                      {"model_max_length", o.max_position},
+                      {"tokenizer_class", "PreTrainedTokenizerFast"},
+                      {"chat_template", std::string(kChatTemplate)}};
+  OJson gen_config = {
+      {"bos_token_id", bos}, {"eos_token_id", OJson::array({eos, im_end})}, {"do_sample", false}};
+
+  INFERGATE_ASSIGN_OR_RETURN(StagedDirectory staged, StagedDirectory::create(o.out, o.force));
+  const fs::path dir = staged.path();
+  INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "config.json", dump(config)));
+  INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "tokenizer.json", make_tokenizer_json(bpe, tj)));
+  INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "tokenizer_config.json", dump(tok_config)));
+  INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "generation_config.json", dump(gen_config)));
+
+  // Weights, in the architecture's order, split into shards when asked.
+  std::vector<ExpectedTensor> tensors = expected_tensors(parsed);
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    uint64_t b = dtype_size(o.dtype);
+    for (uint64_t d : tensors[i].shape) b *= d;
+    if (o.max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + b > o.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += b;
+    total += b;
+  }
+  const bool sharded = shards.size() > 1;
+  OJson weight_map = OJson::object();
+  std::vector<std::pair<std::string, std::string>> map_entries;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    std::string file = sharded ? std::string(name) : std::string("model.safetensors");
+    std::vector<TensorSpec> specs;
+    for (size_t i : shards[s]) {
+      specs.push_back({tensors[i].name, o.dtype, tensors[i].shape});
+      map_entries.emplace_back(tensors[i].name, file);
+    }
+    INFERGATE_ASSIGN_OR_RETURN(SafetensorsWriter w,
+                               SafetensorsWriter::create(dir / file, specs, {{"format", "pt"}}));
+    for (size_t i : shards[s])
+      INFERGATE_RETURN_IF_ERROR(write_tensor(w, tensors[i], plan_for(tensors[i], o, parsed), o));
+    INFERGATE_RETURN_IF_ERROR(w.finish());
+  }
+  if (sharded) {
+    std::sort(map_entries.begin(), map_entries.end());
+    for (const auto& [t, f] : map_entries) weight_map[t] = f;
+    OJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "model.safetensors.index.json", dump(index)));
+  }
+  return staged.commit();
+}
+
+}  // namespace infergate::runtime::model
