@@ -1,0 +1,62 @@
+// The scalar reference of every kernels/ op: plain C++, one element at a time, written to be read.
+// Each function here is the specification its optimised CPU (`*_cpu`, cpu.h) and CUDA (cuda.h)
+// versions are tested against. Host memory only. Activations are fp32 throughout.
+#pragma once
+
+#include <cstdint>
+
+#include "infergate/kernels/formats.h"
+#include "infergate/kernels/kv_cache.h"
+#include "infergate/kernels/status.h"
+#include "infergate/kernels/tensor.h"
+
+namespace infergate::kernels {
+
+// ==== Weights ======================================================================================
+
+// A source matrix as it comes from a checkpoint: fp32, fp16 or bf16, rows of `cols` elements
+// `row_stride` elements apart.
+enum class SourceDtype : uint8_t { kF32 = 0, kF16, kBF16 };
+struct MatrixSource {
+  const void* data = nullptr;
+  SourceDtype dtype = SourceDtype::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+};
+
+// Element (r, c) of a source as fp32.
+float source_at(const MatrixSource& src, int64_t r, int64_t c);
+
+// Quantizes src [N, K] into `layout` (whose rows/cols must equal src's) writing out.data/scales/zeros
+// (sizes: weight_bytes(layout)). Scales are chosen per row (int8) or per group (int4):
+//   int8:      d = amax / 127,                  q = clamp(rne(x / d), -127, 127)
+//   int4-sym:  d = amax / 7,                    u = clamp(rne(x / d) + 8, 0, 15)
+//   int4-asym: lo = min(0, min x), hi = max(0, max x), d = (hi - lo) / 15, z = clamp(rne(-lo / d), 0, 15),
+//              u = clamp(rne(x / d) + z, 0, 15)
+// with d rounded UP to the scale dtype, so |x - dequant(x)| <= d / 2 for every element.
+// fp16/bf16 formats convert with round-to-nearest-even.
+// Errors: a NaN or infinite weight (InvalidArgument naming row and column), a scale beyond the
+// scale dtype's range, shapes that disagree, null buffers.
+Status quantize_weight_ref(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out);
+
+// W [N, K] as fp32 into out [N, K].
+Status dequantize_weight_ref(const WeightView& w, View2<float> out);
+
+// ==== KV cache =====================================================================================
+
+// Writes a.k / a.v rows into their pages (and, for kInt4Kivi, staging windows), quantizing:
+//   f16/bf16: round to nearest even.   fp8: code = e4m3(x / s[h]), saturating at +-448.
+//   int8: d = amax / 127 per (head, token).   int4: (d, m) per (head, token, 32-group): x = d*u + m.
+//   int4-kivi: V as int4; K rounded to fp16 into the staging window, quantized per (head, channel)
+//   over the page's page_size tokens when the page's last slot is written.
+// Non-finite inputs follow the policy in formats.h (scales from finite values, NaN as 0, inf saturates).
+Status kv_append_ref(const KvCache& cache, const KvAppend& a);
+
+// Dequantizes the first `filled` tokens of page `page_id` into k and v [num_kv_heads, filled, head_dim].
+// For kInt4Kivi a page with filled < page_size is not sealed yet: its keys are read from staging
+// window `staging_id` (ignored otherwise).
+Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
+                        View3<float> k, View3<float> v);
+
+}  // namespace infergate::kernels

@@ -1,0 +1,108 @@
+// Helpers for the kernels/ suites: seeded random inputs (the seed is printed on failure) and
+// comparisons that report the first mismatches with their index, plus a separate no-NaN check.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace infergate::kernels::testing {
+
+// The seed of a test: INFERGATE_TEST_SEED when set (to replay a failure), otherwise `fallback`.
+inline uint64_t test_seed(uint64_t fallback) {
+  if (const char* s = std::getenv("INFERGATE_TEST_SEED"); s != nullptr && *s != '\0') {
+    return std::strtoull(s, nullptr, 10);
+  }
+  return fallback;
+}
+
+// A seeded generator; `trace()` goes into SCOPED_TRACE so a failure prints how to replay it.
+class Rng {
+ public:
+  explicit Rng(uint64_t fallback_seed) : seed_(test_seed(fallback_seed)), gen_(seed_) {}
+  uint64_t seed() const { return seed_; }
+  std::string trace() const {
+    return "seed " + std::to_string(seed_) + " (replay: INFERGATE_TEST_SEED=" + std::to_string(seed_) + ")";
+  }
+  float normal(float stddev = 1.0f) { return std::normal_distribution<float>(0.0f, stddev)(gen_); }
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen_); }
+  int64_t index(int64_t lo, int64_t hi_inclusive) {
+    return std::uniform_int_distribution<int64_t>(lo, hi_inclusive)(gen_);
+  }
+  uint32_t bits() { return static_cast<uint32_t>(gen_()); }
+  std::vector<float> normals(size_t n, float stddev = 1.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(stddev);
+    return v;
+  }
+  std::mt19937_64& engine() { return gen_; }
+
+ private:
+  uint64_t seed_;
+  std::mt19937_64 gen_;
+};
+
+// |got - want| <= atol + rtol * |want| for every element; prints up to 8 mismatches and their count.
+inline ::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol,
+                                            float rtol) {
+  size_t bad = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < n; ++i) {
+    const float g = got[i], w = want[i];
+    const bool same_nonfinite = !std::isfinite(w) && (std::isnan(w) ? std::isnan(g) : g == w);
+    if (same_nonfinite) continue;
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      if (bad < 8)
+        msg << "\n  [" << i << "] got " << g << " want " << w << " (diff " << std::fabs(g - w) << ")";
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << n << " elements differ beyond atol " << atol << " rtol " << rtol << msg.str();
+}
+inline ::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<float>& want,
+                                            float atol, float rtol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+  }
+  return all_close(got.data(), want.data(), got.size(), atol, rtol);
+}
+
+// Every element equal bit for bit.
+inline ::testing::AssertionResult bit_equal(const float* got, const float* want, size_t n) {
+  size_t bad = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &want[i], 4);
+    if (a != b) {
+      if (bad < 8) msg << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << n << " elements are not bit-identical" << msg.str();
+}
+
+// No NaN and no infinity anywhere.
+inline ::testing::AssertionResult all_finite(const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return ::testing::AssertionFailure() << "element " << i << " is " << x[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+inline ::testing::AssertionResult all_finite(const std::vector<float>& x) {
+  return all_finite(x.data(), x.size());
+}
+
+}  // namespace infergate::kernels::testing
