@@ -33,6 +33,30 @@ Result<DType> parse_scale_dtype(std::string_view s, std::string_view field) {
 
 }  // namespace
 
+Result<kernels::WeightView> kernel_weight_view(const WeightView& w) {
+  kernels::WeightView k;
+  if (w.format == WeightFormat::kDense) {
+    if (w.dense.dtype != DType::kF16 && w.dense.dtype != DType::kBF16) {
+      return Error(ErrorCode::kInvalidArgument,
+                   std::string(w.dense.name) + ": " + std::string(dtype_name(w.dense.dtype)) +
+                       " weights have no kernels format (F16 or BF16)",
+                   "UnsupportedWeightDtype")
+          .with_detail("tensor", std::string(w.dense.name));
+    }
+    k.layout.format =
+        w.dense.dtype == DType::kF16 ? kernels::WeightFormat::kF16 : kernels::WeightFormat::kBF16;
+    k.layout.rows = static_cast<int64_t>(w.rows);
+    k.layout.cols = static_cast<int64_t>(w.cols);
+    k.data = w.dense.data;
+    return k;
+  }
+  k.layout = kernel_layout(w.scheme, static_cast<int64_t>(w.rows), static_cast<int64_t>(w.cols));
+  k.data = w.qweight.data;
+  k.scales = w.scales.data;
+  k.zeros = w.zeros.data;
+  return k;
+}
+
 uint64_t TensorView::num_elements() const {
   uint64_t n = 1;
   for (uint64_t d : shape) n *= d;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -163,17 +164,24 @@ Status Quantizer::quantize_tensor(int fd, uint64_t data_offset, const TensorInfo
     row_stats.assign(nr, ErrorStats{});
     // Rows are independent, and each row's statistics are combined below in row order, so the bytes
     // and the numbers do not depend on the thread count.
+    std::vector<Status> part_status(static_cast<size_t>(threads_) + 1);
+    std::atomic<size_t> next_part{0};
     parallel_for(nr, threads_, [&](uint64_t a, uint64_t b) {
+      Status& st = part_status[next_part++];
+      st = quantize_rows(in.data() + a * row_in, t.dtype, b - a, cols, o_.scheme, q.data() + a * one.qweight,
+                         sc.data() + a * one.scales, zs.data() + a * one.zeros);
+      if (!st.ok()) {
+        st = Error(std::move(st).error()).context("rows from " + std::to_string(r0 + a));
+        return;
+      }
+      st = dequantize_rows(q.data() + a * one.qweight, sc.data() + a * one.scales, zs.data() + a * one.zeros,
+                           b - a, cols, o_.scheme, back.data() + a * cols);
+      if (!st.ok()) return;
       to_f32(in.data() + a * row_in, t.dtype, (b - a) * cols, x.data() + a * cols);
-      quantize_rows(x.data() + a * cols, b - a, cols, o_.scheme, q.data() + a * one.qweight,
-                    sc.data() + a * one.scales, zs.data() + a * one.zeros);
-      dequantize_rows(q.data() + a * one.qweight, sc.data() + a * one.scales, zs.data() + a * one.zeros,
-                      b - a, cols, o_.scheme, back.data() + a * cols);
       for (uint64_t r = a; r < b; ++r) {
         ErrorStats& s = row_stats[r];
         for (uint64_t c = 0; c < cols; ++c) {
           double v = x[r * cols + c];
-          if (!std::isfinite(v)) continue;
           double e = std::fabs(v - static_cast<double>(back[r * cols + c]));
           s.max_abs_err = std::max(s.max_abs_err, e);
           s.max_abs = std::max(s.max_abs, std::fabs(v));
@@ -182,6 +190,9 @@ Status Quantizer::quantize_tensor(int fd, uint64_t data_offset, const TensorInfo
         }
       }
     });
+    for (Status& st : part_status) {
+      if (!st.ok()) return Error(std::move(st).error()).context(t.name).with_detail("tensor", t.name);
+    }
     for (const ErrorStats& s : row_stats) {
       stats->max_abs_err = std::max(stats->max_abs_err, s.max_abs_err);
       stats->max_abs = std::max(stats->max_abs, s.max_abs);

@@ -1,9 +1,8 @@
-// The weight quantization formats' scalar reference (round to nearest, ties away from zero).
+// The checkpoint side of the weight formats: part names and shapes, and calls into the kernels'
+// scalar reference for the numbers.
 #include "infergate/runtime/model/weight_format.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
+#include "infergate/kernels/ref.h"
 
 namespace infergate::runtime::model {
 namespace {
@@ -17,25 +16,8 @@ std::string with_suffix(std::string_view weight_name, std::string_view suffix) {
   return std::string(weight_name.substr(0, weight_name.size() - kWeight.size())) + std::string(suffix);
 }
 
-uint16_t encode_scale(float s, DType t) { return t == DType::kBF16 ? f32_to_bf16(s) : f32_to_f16(s); }
-float decode_scale(uint16_t s, DType t) { return t == DType::kBF16 ? bf16_to_f32(s) : f16_to_f32(s); }
-
-// The scale actually stored, re-read, so that quantizing divides by exactly what dequantizing multiplies.
-float stored_scale(float s, DType t) { return decode_scale(encode_scale(s, t), t); }
-
-void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
-uint16_t get16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-int clamp_round(float v, int lo, int hi) {
-  if (std::isnan(v)) return 0;
-  float r = std::round(v);
-  if (r < static_cast<float>(lo)) return lo;
-  if (r > static_cast<float>(hi)) return hi;
-  return static_cast<int>(r);
+Error kernel_error(const kernels::Status& s) {
+  return Error(ErrorCode::kInvalidArgument, s.message(), "QuantizationFailed");
 }
 
 }  // namespace
@@ -54,22 +36,33 @@ int64_t QuantScheme::groups_per_row(int64_t cols) const {
   return (cols + group_size - 1) / group_size;
 }
 
+kernels::WeightLayout kernel_layout(const QuantScheme& s, int64_t rows, int64_t cols) {
+  kernels::WeightLayout l;
+  l.format = s.format == WeightFormat::kInt8 ? kernels::WeightFormat::kInt8
+             : s.symmetric                   ? kernels::WeightFormat::kInt4Sym
+                                             : kernels::WeightFormat::kInt4Asym;
+  l.rows = rows;
+  l.cols = cols;
+  l.group_size = s.format == WeightFormat::kInt4 ? static_cast<int32_t>(s.group_size) : 0;
+  l.scale_dtype = s.scale_dtype == DType::kBF16 ? kernels::ScaleDtype::kBF16 : kernels::ScaleDtype::kF16;
+  return l;
+}
+
 Status validate_scheme(const QuantScheme& s) {
-  if (s.scale_dtype != DType::kF16 && s.scale_dtype != DType::kBF16) {
-    return invalid_argument("scale dtype must be F16 or BF16");
+  auto bad = [](std::string m) {
+    return Error(ErrorCode::kInvalidArgument, std::move(m), "InvalidQuantScheme");
+  };
+  if (s.format == WeightFormat::kDense) return bad("not a quantized format");
+  if (s.scale_dtype != DType::kF16 && s.scale_dtype != DType::kBF16)
+    return bad("scale dtype must be F16 or BF16");
+  if (s.format == WeightFormat::kInt8 && !s.symmetric)
+    return bad("int8 weights are symmetric per output channel");
+  if (s.format == WeightFormat::kInt8 && s.group_size != 0) {
+    return bad("int8 weights have one scale per output channel; a group size applies to int4 only");
   }
-  if (s.format == WeightFormat::kInt8) {
-    if (!s.symmetric) return invalid_argument("int8 weights are symmetric per output channel");
-    return ok_status();
-  }
-  if (s.format == WeightFormat::kInt4) {
-    if (s.group_size <= 0 || s.group_size % 2 != 0 || s.group_size > 65536) {
-      return invalid_argument("int4 group size must be a positive even number (32, 64 or 128), got " +
-                              std::to_string(s.group_size));
-    }
-    return ok_status();
-  }
-  return invalid_argument("not a quantized format");
+  kernels::Status k = kernels::validate_weight_layout(kernel_layout(s, 1, 1));
+  if (!k.ok()) return bad(k.message() + " (int4 group sizes: 32, 64, 128)");
+  return ok_status();
 }
 
 std::string qweight_name(std::string_view n) { return with_suffix(n, ".qweight"); }
@@ -79,12 +72,14 @@ std::string zeros_name(std::string_view n) { return with_suffix(n, ".zeros"); }
 std::vector<TensorSpec> quantized_parts(std::string_view name, uint64_t rows, uint64_t cols,
                                         const QuantScheme& s) {
   std::vector<TensorSpec> parts;
+  const kernels::WeightLayout l = kernel_layout(s, static_cast<int64_t>(rows), static_cast<int64_t>(cols));
+  const uint64_t row = static_cast<uint64_t>(kernels::weight_row_bytes(l));
+  const uint64_t groups = static_cast<uint64_t>(kernels::weight_groups_per_row(l));
   if (s.format == WeightFormat::kInt8) {
-    parts.push_back({qweight_name(name), DType::kI8, {rows, cols}});
+    parts.push_back({qweight_name(name), DType::kI8, {rows, row}});
     parts.push_back({scales_name(name), s.scale_dtype, {rows}});
   } else {
-    uint64_t groups = static_cast<uint64_t>(s.groups_per_row(static_cast<int64_t>(cols)));
-    parts.push_back({qweight_name(name), DType::kU8, {rows, (cols + 1) / 2}});
+    parts.push_back({qweight_name(name), DType::kU8, {rows, row}});
     parts.push_back({scales_name(name), s.scale_dtype, {rows, groups}});
     if (!s.symmetric) parts.push_back({zeros_name(name), DType::kU8, {rows, groups}});
   }
@@ -92,111 +87,42 @@ std::vector<TensorSpec> quantized_parts(std::string_view name, uint64_t rows, ui
 }
 
 RowBytes row_bytes(uint64_t nrows, uint64_t cols, const QuantScheme& s) {
-  RowBytes b;
-  if (s.format == WeightFormat::kInt8) {
-    b.qweight = nrows * cols;
-    b.scales = nrows * 2;
-  } else {
-    uint64_t groups = static_cast<uint64_t>(s.groups_per_row(static_cast<int64_t>(cols)));
-    b.qweight = nrows * ((cols + 1) / 2);
-    b.scales = nrows * groups * 2;
-    b.zeros = s.symmetric ? 0 : nrows * groups;
-  }
-  return b;
+  const kernels::WeightBytes b =
+      kernels::weight_bytes(kernel_layout(s, static_cast<int64_t>(nrows), static_cast<int64_t>(cols)));
+  return {static_cast<uint64_t>(b.data), static_cast<uint64_t>(b.scales), static_cast<uint64_t>(b.zeros)};
 }
 
-void quantize_rows(const float* x, uint64_t nrows, uint64_t cols, const QuantScheme& s, uint8_t* qweight,
-                   uint8_t* scales, uint8_t* zeros) {
-  if (s.format == WeightFormat::kInt8) {
-    for (uint64_t r = 0; r < nrows; ++r) {
-      const float* row = x + r * cols;
-      float amax = 0;
-      for (uint64_t c = 0; c < cols; ++c) {
-        if (std::isfinite(row[c])) amax = std::max(amax, std::fabs(row[c]));
-      }
-      float d = stored_scale(amax / 127.0f, s.scale_dtype);
-      float inv = d > 0 ? 1.0f / d : 0.0f;
-      int8_t* q = reinterpret_cast<int8_t*>(qweight + r * cols);
-      for (uint64_t c = 0; c < cols; ++c) {
-        float v = row[c];
-        q[c] = static_cast<int8_t>(std::isinf(v) ? (v > 0 ? 127 : -127) : clamp_round(v * inv, -127, 127));
-      }
-      put16(scales + r * 2, encode_scale(d, s.scale_dtype));
-    }
-    return;
+Status quantize_rows(const uint8_t* x, DType dtype, uint64_t nrows, uint64_t cols, const QuantScheme& s,
+                     uint8_t* qweight, uint8_t* scales, uint8_t* zeros) {
+  kernels::MatrixSource src;
+  src.data = x;
+  src.dtype = dtype == DType::kF32   ? kernels::SourceDtype::kF32
+              : dtype == DType::kF16 ? kernels::SourceDtype::kF16
+                                     : kernels::SourceDtype::kBF16;
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return invalid_argument("weights to quantize must be F32, F16 or BF16, not " +
+                            std::string(dtype_name(dtype)));
   }
-  const uint64_t g = static_cast<uint64_t>(s.group_size);
-  const uint64_t groups = static_cast<uint64_t>(s.groups_per_row(static_cast<int64_t>(cols)));
-  const uint64_t packed = (cols + 1) / 2;
-  std::vector<uint8_t> codes(cols);
-  for (uint64_t r = 0; r < nrows; ++r) {
-    const float* row = x + r * cols;
-    for (uint64_t gi = 0; gi < groups; ++gi) {
-      uint64_t c0 = gi * g, c1 = std::min(cols, c0 + g);
-      float lo = 0, hi = 0, amax = 0;
-      for (uint64_t c = c0; c < c1; ++c) {
-        float v = row[c];
-        if (!std::isfinite(v)) continue;
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-        amax = std::max(amax, std::fabs(v));
-      }
-      if (s.symmetric) {
-        float d = stored_scale(amax / 7.0f, s.scale_dtype);
-        float inv = d > 0 ? 1.0f / d : 0.0f;
-        for (uint64_t c = c0; c < c1; ++c) {
-          float v = row[c];
-          int q = std::isinf(v) ? (v > 0 ? 7 : -8) : clamp_round(v * inv, -8, 7);
-          codes[c] = static_cast<uint8_t>(q + 8);
-        }
-        put16(scales + (r * groups + gi) * 2, encode_scale(d, s.scale_dtype));
-      } else {
-        // The range always includes 0 so that zero is exactly representable.
-        float d = stored_scale((hi - lo) / 15.0f, s.scale_dtype);
-        float inv = d > 0 ? 1.0f / d : 0.0f;
-        int z = d > 0 ? clamp_round(-lo * inv, 0, 15) : 0;
-        for (uint64_t c = c0; c < c1; ++c) {
-          float v = row[c];
-          int q = std::isinf(v) ? (v > 0 ? 15 : 0) : clamp_round(v * inv + static_cast<float>(z), 0, 15);
-          if (std::isnan(v)) q = z;
-          codes[c] = static_cast<uint8_t>(q);
-        }
-        put16(scales + (r * groups + gi) * 2, encode_scale(d, s.scale_dtype));
-        zeros[r * groups + gi] = static_cast<uint8_t>(z);
-      }
-    }
-    uint8_t* out = qweight + r * packed;
-    for (uint64_t j = 0; j < packed; ++j) {
-      uint8_t lo_nib = codes[2 * j];
-      uint8_t hi_nib = 2 * j + 1 < cols ? codes[2 * j + 1] : (s.symmetric ? 8 : 0);
-      out[j] = static_cast<uint8_t>(lo_nib | (hi_nib << 4));
-    }
-  }
+  src.rows = static_cast<int64_t>(nrows);
+  src.cols = static_cast<int64_t>(cols);
+  src.row_stride = static_cast<int64_t>(cols);
+  kernels::WeightBuffers out{qweight, scales, zeros};
+  kernels::Status k = kernels::quantize_weight_ref(src, kernel_layout(s, src.rows, src.cols), out);
+  if (!k.ok()) return kernel_error(k);
+  return ok_status();
 }
 
-void dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint8_t* zeros, uint64_t nrows,
-                     uint64_t cols, const QuantScheme& s, float* out) {
-  if (s.format == WeightFormat::kInt8) {
-    for (uint64_t r = 0; r < nrows; ++r) {
-      float d = decode_scale(get16(scales + r * 2), s.scale_dtype);
-      const int8_t* q = reinterpret_cast<const int8_t*>(qweight + r * cols);
-      for (uint64_t c = 0; c < cols; ++c) out[r * cols + c] = d * static_cast<float>(q[c]);
-    }
-    return;
-  }
-  const uint64_t g = static_cast<uint64_t>(s.group_size);
-  const uint64_t groups = static_cast<uint64_t>(s.groups_per_row(static_cast<int64_t>(cols)));
-  const uint64_t packed = (cols + 1) / 2;
-  for (uint64_t r = 0; r < nrows; ++r) {
-    for (uint64_t c = 0; c < cols; ++c) {
-      uint8_t byte = qweight[r * packed + c / 2];
-      int q = (c % 2 == 0) ? (byte & 0xf) : (byte >> 4);
-      uint64_t gi = c / g;
-      float d = decode_scale(get16(scales + (r * groups + gi) * 2), s.scale_dtype);
-      int z = s.symmetric ? 8 : zeros[r * groups + gi];
-      out[r * cols + c] = d * static_cast<float>(q - z);
-    }
-  }
+Status dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint8_t* zeros, uint64_t nrows,
+                       uint64_t cols, const QuantScheme& s, float* out) {
+  kernels::WeightView w;
+  w.layout = kernel_layout(s, static_cast<int64_t>(nrows), static_cast<int64_t>(cols));
+  w.data = qweight;
+  w.scales = scales;
+  w.zeros = zeros;
+  kernels::Status k = kernels::dequantize_weight_ref(
+      w, kernels::contiguous(out, static_cast<int64_t>(nrows), static_cast<int64_t>(cols)));
+  if (!k.ok()) return kernel_error(k);
+  return ok_status();
 }
 
 }  // namespace infergate::runtime::model

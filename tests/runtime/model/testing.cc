@@ -78,3 +78,43 @@ std::vector<std::pair<std::string, std::string>> tree(const fs::path& dir) {
 }
 
 }  // namespace infergate::runtime::model::testing
+
+#include "infergate/runtime/model/safetensors.h"
+
+namespace infergate::runtime::model::testing {
+
+TestModelOptions small_model(const fs::path& dir, Architecture arch) {
+  TestModelOptions o;
+  o.out = dir;
+  o.arch = arch;
+  o.layers = 2;
+  o.hidden = 64;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.vocab = 400;
+  o.seed = 7;
+  return o;
+}
+
+void make_small_model(const TestModelOptions& o) {
+  Status s = make_test_model(o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+}
+
+void rewrite_safetensors(const fs::path& path, const std::function<void(std::vector<OwnedTensor>&)>& edit) {
+  std::vector<OwnedTensor> tensors;
+  {
+    auto f = SafetensorsFile::open_path(path);
+    ASSERT_TRUE(f.ok()) << f.error().to_string();
+    for (const TensorInfo& t : f->tensors()) {
+      auto d = f->data(t);
+      tensors.push_back({{t.name, t.dtype, t.shape}, std::vector<uint8_t>(d.begin(), d.end())});
+    }
+  }
+  edit(tensors);
+  std::vector<TensorData> data;
+  for (const auto& t : tensors) data.push_back({t.spec, t.bytes});
+  ASSERT_TRUE(write_safetensors(path, data).ok());
+}
+
+}  // namespace infergate::runtime::model::testing

@@ -35,3 +35,24 @@ std::filesystem::path source_file(std::string_view name);
 std::vector<std::pair<std::string, std::string>> tree(const std::filesystem::path& dir);
 
 }  // namespace infergate::runtime::model::testing
+
+#include <functional>
+
+#include "infergate/runtime/model/safetensors_writer.h"
+#include "infergate/runtime/model/test_model.h"
+
+namespace infergate::runtime::model::testing {
+
+// A small model of `arch` written into `dir` (f16, 2 layers, hidden 64, vocab 400, seed 7).
+TestModelOptions small_model(const std::filesystem::path& dir, Architecture arch = Architecture::kLlama);
+void make_small_model(const TestModelOptions& o);
+
+// Rewrites a safetensors file through `edit`, which may change, drop or add tensors.
+struct OwnedTensor {
+  TensorSpec spec;
+  std::vector<uint8_t> bytes;
+};
+void rewrite_safetensors(const std::filesystem::path& path,
+                         const std::function<void(std::vector<OwnedTensor>&)>& edit);
+
+}  // namespace infergate::runtime::model::testing

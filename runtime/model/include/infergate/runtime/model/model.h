@@ -53,6 +53,10 @@ struct WeightView {
   TensorView qweight, scales, zeros;
 };
 
+// The kernels' view of a linear weight (F16/BF16 dense, or quantized), for the kernels' GEMV/GEMM.
+// F32 dense weights have no kernels format and are refused (reason "UnsupportedWeightDtype").
+Result<kernels::WeightView> kernel_weight_view(const WeightView& w);
+
 // generation_config.json (every field optional).
 struct GenerationConfig {
   std::optional<int64_t> bos_token_id;

@@ -1,12 +1,13 @@
 // How a compressed checkpoint stores a quantized linear weight "X.weight" of logical shape
-// [rows (out features), cols (in features)]: as parts "X.qweight", "X.scales" and, for asymmetric
-// int4, "X.zeros". The element layouts are the kernels' weight formats (docs/quant-formats.md):
-//   int8: qweight I8 [rows, cols], x = s[r] * q                        (per output channel, symmetric)
-//   int4: qweight U8 [rows, ceil(cols/2)], two values per byte, column 2j in the low nibble;
-//         scales [rows, ceil(cols/group)]; symmetric: x = s * (q - 8), q in [0, 15];
-//         asymmetric: x = s * (q - z) with zeros U8 [rows, ceil(cols/group)], z in [0, 15].
-// Scales are F16 (or BF16). A last, shorter group covers the remaining columns when group does not
-// divide cols.
+// [rows (N, out features), cols (K, in features)]: as parts "X.qweight" (the data), "X.scales" and,
+// for asymmetric int4, "X.zeros". Each part's bytes are exactly the corresponding array of the
+// kernels' weight formats (kernels/include/infergate/kernels/formats.h, docs/quant-formats.md):
+//   int8:      qweight I8 [N, K];              scales [N]                W = d[n] * q
+//   int4 sym:  qweight U8 [N, ceil(K/2)];      scales [N, ceil(K/G)]     W = d[n, g] * (u - 8)
+//   int4 asym: as sym plus zeros U8 [N, ceil(K/G)]                      W = d[n, g] * (u - z)
+// with scales F16 or BF16, two int4 values per byte (even k in the low nibble), G in {32, 64, 128}.
+// Quantization and dequantization call the kernels' scalar reference (quantize_weight_ref), the
+// specification of every rounding decision, so a checkpoint and the engine's kernels always agree.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "infergate/common/result.h"
+#include "infergate/kernels/formats.h"
 #include "infergate/runtime/model/dtype.h"
 #include "infergate/runtime/model/safetensors_writer.h"
 
@@ -25,13 +27,16 @@ std::string_view weight_format_name(WeightFormat f);  // "dense", "int8", "int4"
 
 struct QuantScheme {
   WeightFormat format = WeightFormat::kInt8;
-  int64_t group_size = 0;  // int4: 32, 64 or 128 (any positive even number is accepted); int8: 0
-  bool symmetric = true;
+  int64_t group_size = 0;  // int4: 32, 64 or 128; int8: 0 (one scale per output row)
+  bool symmetric = true;   // int8 is always symmetric
   DType scale_dtype = DType::kF16;
 
   int64_t groups_per_row(int64_t cols) const;
 };
+// Refuses what the kernels' formats cannot hold (reason "InvalidQuantScheme").
 Status validate_scheme(const QuantScheme& s);
+// The kernels' layout of a [rows, cols] weight in this scheme.
+kernels::WeightLayout kernel_layout(const QuantScheme& s, int64_t rows, int64_t cols);
 
 // "X.weight" -> "X.qweight" / "X.scales" / "X.zeros". Empty when the name does not end in ".weight".
 std::string qweight_name(std::string_view weight_name);
@@ -48,13 +53,13 @@ struct RowBytes {
 };
 RowBytes row_bytes(uint64_t nrows, uint64_t cols, const QuantScheme& scheme);
 
-// Quantizes `nrows` rows of `cols` floats (row-major) into the parts' bytes for those rows.
-// Non-finite inputs: scales come from the finite values only; +-inf saturate to the extreme code,
-// NaN becomes the code for 0.
-void quantize_rows(const float* x, uint64_t nrows, uint64_t cols, const QuantScheme& scheme, uint8_t* qweight,
-                   uint8_t* scales, uint8_t* zeros);
-// The inverse, into floats.
-void dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint8_t* zeros, uint64_t nrows,
-                     uint64_t cols, const QuantScheme& scheme, float* out);
+// Quantizes `nrows` rows of `cols` elements of `dtype` (F32, F16 or BF16, row-major) into the parts'
+// bytes for those rows, with kernels::quantize_weight_ref. Non-finite weights are refused (the error
+// names the row and column within these rows).
+Status quantize_rows(const uint8_t* x, DType dtype, uint64_t nrows, uint64_t cols, const QuantScheme& scheme,
+                     uint8_t* qweight, uint8_t* scales, uint8_t* zeros);
+// The inverse, into floats (kernels::dequantize_weight_ref).
+Status dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint8_t* zeros, uint64_t nrows,
+                       uint64_t cols, const QuantScheme& scheme, float* out);
 
 }  // namespace infergate::runtime::model
