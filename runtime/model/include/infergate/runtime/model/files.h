@@ -25,7 +25,9 @@ namespace infergate::runtime::model {
 
 // Receives the bytes of each file the loader reads, in order, each byte exactly once. The runtime's
 // hash-while-load implements this with SHA-256 and compares against the verified manifest in
-// end_file; an error from begin_file or end_file refuses the load. Called from one thread at a time.
+// end_file; an error from begin_file or end_file refuses the load. Calls never overlap, but update()
+// runs on a helper thread (so hashing chunk k overlaps reading chunk k+1); begin_file and end_file run
+// on the loading thread, before and after every update() of that file.
 class LoadHasher {
  public:
   virtual ~LoadHasher() = default;
