@@ -105,6 +105,7 @@ class Quantizer {
   explicit Quantizer(const QuantizeOptions& o) : o_(o) {
     threads_ =
         o.threads > 0 ? o.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+    set_quantize_threads(threads_);
   }
 
   Result<QuantizeReport> run();
@@ -166,7 +167,8 @@ Status Quantizer::quantize_tensor(int fd, uint64_t data_offset, const TensorInfo
     // and the numbers do not depend on the thread count.
     std::vector<Status> part_status(static_cast<size_t>(threads_) + 1);
     std::atomic<size_t> next_part{0};
-    parallel_for(nr, threads_, [&](uint64_t a, uint64_t b) {
+    // The kernels' optimised ops parallelise inside; the reference is parallelised here, by rows.
+    parallel_for(nr, quantize_rows_is_parallel() ? 1 : threads_, [&](uint64_t a, uint64_t b) {
       Status& st = part_status[next_part++];
       st = quantize_rows(in.data() + a * row_in, t.dtype, b - a, cols, o_.scheme, q.data() + a * one.qweight,
                          sc.data() + a * one.scales, zs.data() + a * one.zeros);

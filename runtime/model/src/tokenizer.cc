@@ -37,8 +37,11 @@ struct Tokenizer::Impl {
   std::vector<SplitPattern> splits;
   std::vector<AddedToken> added;
   std::unordered_map<std::string, int32_t> added_by_content;
-  std::array<std::vector<size_t>, 256> added_by_first_byte;  // indices into added, longest first
-  std::vector<int32_t> prefix, suffix;                       // post-processor template around the text
+  // Added-token matching: the distinct content lengths per first byte (longest first), and the index
+  // of each content in `added`: a few hash lookups per candidate position, however many tokens exist.
+  std::array<std::vector<size_t>, 256> added_lengths;
+  std::unordered_map<std::string_view, size_t> added_index;
+  std::vector<int32_t> prefix, suffix;  // post-processor template around the text
 
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
@@ -297,10 +300,12 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
 bool Tokenizer::Impl::next_added(std::string_view text, size_t from, bool parse_special, size_t* start,
                                  size_t* end, const AddedToken** token) const {
   for (size_t i = from; i < text.size(); ++i) {
-    for (size_t idx : added_by_first_byte[static_cast<uint8_t>(text[i])]) {
-      const AddedToken& t = added[idx];
+    for (size_t len : added_lengths[static_cast<uint8_t>(text[i])]) {
+      if (len > text.size() - i) continue;
+      auto hit = added_index.find(text.substr(i, len));
+      if (hit == added_index.end()) continue;
+      const AddedToken& t = added[hit->second];
       if (t.special && !parse_special) continue;
-      if (text.compare(i, t.content.size(), t.content) != 0) continue;
       size_t s = i, e = i + t.content.size();
       if (t.single_word && (is_word_char(cp_before(text, s)) || is_word_char(cp_at(text, e)))) continue;
       if (t.lstrip) {
@@ -417,13 +422,12 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view text, std::string_view f
     t.id_special[id] = a.special ? 1 : 0;
   }
   for (size_t i = 0; i < t.added.size(); ++i) {
-    t.added_by_first_byte[static_cast<uint8_t>(t.added[i].content[0])].push_back(i);
+    const std::string& c = t.added[i].content;
+    t.added_index.emplace(c, i);  // views into t.added, which no longer changes
+    auto& lengths = t.added_lengths[static_cast<uint8_t>(c[0])];
+    if (std::find(lengths.begin(), lengths.end(), c.size()) == lengths.end()) lengths.push_back(c.size());
   }
-  for (auto& bucket : t.added_by_first_byte) {
-    std::stable_sort(bucket.begin(), bucket.end(), [&](size_t a, size_t b) {
-      return t.added[a].content.size() > t.added[b].content.size();
-    });
-  }
+  for (auto& lengths : t.added_lengths) std::sort(lengths.rbegin(), lengths.rend());
   // Every byte must have a token, or some inputs could not be encoded.
   const auto& alphabet = byte_level_alphabet();
   for (int b = 0; b < 256; ++b) {

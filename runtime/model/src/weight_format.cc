@@ -4,6 +4,13 @@
 
 #include "infergate/kernels/ref.h"
 
+// The kernels' optimised CPU ops (multithreaded, SIMD, bit-identical to the reference) are used when
+// the kernels library provides them; the scalar reference otherwise. Either way the bytes are the same.
+#if __has_include("infergate/kernels/cpu.h")
+#include "infergate/kernels/cpu.h"
+#define INFERGATE_MODEL_KERNELS_CPU 1
+#endif
+
 namespace infergate::runtime::model {
 namespace {
 
@@ -107,7 +114,11 @@ Status quantize_rows(const uint8_t* x, DType dtype, uint64_t nrows, uint64_t col
   src.cols = static_cast<int64_t>(cols);
   src.row_stride = static_cast<int64_t>(cols);
   kernels::WeightBuffers out{qweight, scales, zeros};
+#ifdef INFERGATE_MODEL_KERNELS_CPU
+  kernels::Status k = kernels::quantize_weight_cpu(src, kernel_layout(s, src.rows, src.cols), out);
+#else
   kernels::Status k = kernels::quantize_weight_ref(src, kernel_layout(s, src.rows, src.cols), out);
+#endif
   if (!k.ok()) return kernel_error(k);
   return ok_status();
 }
@@ -119,10 +130,28 @@ Status dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint
   w.data = qweight;
   w.scales = scales;
   w.zeros = zeros;
-  kernels::Status k = kernels::dequantize_weight_ref(
-      w, kernels::contiguous(out, static_cast<int64_t>(nrows), static_cast<int64_t>(cols)));
+  const auto view = kernels::contiguous(out, static_cast<int64_t>(nrows), static_cast<int64_t>(cols));
+#ifdef INFERGATE_MODEL_KERNELS_CPU
+  kernels::Status k = kernels::dequantize_weight_cpu(w, view);
+#else
+  kernels::Status k = kernels::dequantize_weight_ref(w, view);
+#endif
   if (!k.ok()) return kernel_error(k);
   return ok_status();
+}
+
+bool quantize_rows_is_parallel() {
+#ifdef INFERGATE_MODEL_KERNELS_CPU
+  return true;
+#else
+  return false;
+#endif
+}
+
+void set_quantize_threads([[maybe_unused]] int n) {
+#ifdef INFERGATE_MODEL_KERNELS_CPU
+  if (n > 0) kernels::set_cpu_threads(n);
+#endif
 }
 
 }  // namespace infergate::runtime::model

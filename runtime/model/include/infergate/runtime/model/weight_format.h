@@ -7,7 +7,8 @@
 //   int4 asym: as sym plus zeros U8 [N, ceil(K/G)]                      W = d[n, g] * (u - z)
 // with scales F16 or BF16, two int4 values per byte (even k in the low nibble), G in {32, 64, 128}.
 // Quantization and dequantization call the kernels' scalar reference (quantize_weight_ref), the
-// specification of every rounding decision, so a checkpoint and the engine's kernels always agree.
+// specification of every rounding decision, or its bit-identical optimised CPU version where the
+// kernels library has one, so a checkpoint and the engine's kernels always agree.
 #pragma once
 
 #include <cstdint>
@@ -61,5 +62,11 @@ Status quantize_rows(const uint8_t* x, DType dtype, uint64_t nrows, uint64_t col
 // The inverse, into floats (kernels::dequantize_weight_ref).
 Status dequantize_rows(const uint8_t* qweight, const uint8_t* scales, const uint8_t* zeros, uint64_t nrows,
                        uint64_t cols, const QuantScheme& scheme, float* out);
+
+// True when the two functions above run the kernels' optimised CPU ops (multithreaded, bit-identical to
+// the reference) rather than the scalar reference; callers then hand them whole blocks of rows.
+bool quantize_rows_is_parallel();
+// Threads the optimised ops use (no effect on the reference).
+void set_quantize_threads(int n);
 
 }  // namespace infergate::runtime::model
