@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 
 #include "infergate/common/json.h"
+#include "infergate/common/subprocess.h"
 #include "infergate/runtime/model/model.h"
 #include "testing.h"
 
@@ -276,6 +279,65 @@ TEST(QuantizeCli, PrintsThroughputAndPeakMemoryAndRefusesBadFlags) {
                                          (dir.path() / "out").string(), "--weight-format", "int8"});
   EXPECT_EQ(not_empty.status.code, 1);
   EXPECT_NE(not_empty.err.find("OutputNotEmpty"), std::string::npos) << not_empty.err;
+}
+
+}  // namespace
+}  // namespace infergate::runtime::model
+
+namespace infergate::runtime::model {
+namespace {
+
+// Starts `quantize` on a model big enough to take a moment, waits until its staging directory
+// appears, and sends `sig`.
+struct Interrupted {
+  ExitStatus status;
+  std::vector<std::string> left;
+};
+Interrupted interrupt_quantize(const fs::path& root, int sig) {
+  auto mo = testing::small_model(root / "in");
+  mo.hidden = 256;
+  mo.layers = 4;
+  mo.vocab = 8000;
+  testing::make_small_model(mo);
+  SpawnOptions so;
+  so.argv = {INFERGATE_RUNTIME_BIN,   "quantize",        "--model", mo.out.string(), "--out",
+             (root / "out").string(), "--weight-format", "int4",    "--threads",     "1"};
+  so.stdout_file = root / "stdout.txt";
+  so.stderr_file = root / "stdout.txt";
+  auto p = Subprocess::spawn(so);
+  EXPECT_TRUE(p.ok());
+  if (!p.ok()) return {};
+  bool seen = false;
+  for (int i = 0; i < 20000 && !seen; ++i) {
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (e.path().filename().string().rfind(".out.partial-", 0) == 0) seen = true;
+    }
+    if (!seen) usleep(100);
+  }
+  EXPECT_TRUE(seen) << "the staging directory never appeared";
+  p->signal(sig);
+  Interrupted r{p->wait(), {}};
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::string n = e.path().filename().string();
+    if (n != "in" && n != "stdout.txt") r.left.push_back(n);
+  }
+  return r;
+}
+
+TEST(QuantizeCli, SigintStopsTheRunAndRemovesTheStagingDirectory) {
+  auto dir = testing::temp_dir();
+  Interrupted r = interrupt_quantize(dir.path(), SIGINT);
+  EXPECT_EQ(r.status.code, 1) << r.status.describe();
+  EXPECT_NE(testing::read_bytes(dir.path() / "stdout.txt").find("Cancelled"), std::string::npos);
+  EXPECT_TRUE(r.left.empty()) << "left behind: " << (r.left.empty() ? "" : r.left[0]);
+}
+
+TEST(QuantizeCli, AKilledRunLeavesNothingNamedLikeTheOutput) {
+  auto dir = testing::temp_dir();
+  Interrupted r = interrupt_quantize(dir.path(), SIGKILL);
+  EXPECT_EQ(r.status.signal, SIGKILL);
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  for (const std::string& n : r.left) EXPECT_EQ(n.rfind(".out.partial-", 0), 0u) << n;
 }
 
 }  // namespace
