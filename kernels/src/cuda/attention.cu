@@ -286,6 +286,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int32_t* table = b.block_table + int64_t{seq} * b.max_pages_per_seq;
 
   for (int64_t chunk = range_lo + int64_t{warp} * kChunk; chunk < range_hi; chunk += kWarps * kChunk) {
+    // Start pulling this warp's next chunk into L2 (pages are scattered: no hardware prefetcher).
+    {
+      const int64_t nc = chunk + kWarps * kChunk;
+      const int tok[6] = {g, g + 8, 2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+      for (int i = 0; i < 6; ++i) {
+        const int64_t pos = nc + tok[i];
+        if (pos < range_hi) {
+          const uint8_t* pg = cache.page(table[pos / psize]);
+          const uint8_t* rowp = pg + kv_row_offset(l, i < 2 ? reg.k_data : reg.v_data, h, pos % psize);
+          const int64_t off = i < 2 ? kv_row_bytes(DT, D) * 16 * c / D : kv_row_bytes(DT, D) * kDpl * g / D;
+          asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rowp + off));
+          if (i < 2 && kBlocks > 1)
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rowp + off + kv_row_bytes(DT, D) / 2));
+        }
+      }
+    }
     // ---- S^T = K Q^T for tokens chunk + g and chunk + g + 8 ----
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float kscale[2] = {1.0f, 1.0f};

@@ -219,7 +219,7 @@ __global__ void gemv_scalar_kernel(View2<const float> x, WeightView w, const flo
 
 // ==== int4 tensor-core GEMV ========================================================================
 // Block: 8 warps over RT row tiles (16 rows each) and up to 8 rows of x. The block stages x as fp16
-// in shared memory ([8][K + 8], each row scaled by a power of two so its largest value is <= 2^14:
+// in shared memory ([M][K + 8], each row scaled by a power of two so its largest value is <= 2^14:
 // no overflow, and the scale is undone exactly at the end). Warp w takes k blocks w, w+8, ...; per
 // k16 tile it builds A from its packed word (shift + lop3 per register: 1024 + code, minus
 // 1024 + zero: exact small integers), B from shared x, and runs one mma per row tile; a group's sum
@@ -234,26 +234,22 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
                          const float* __restrict__ bias, View2<float> y) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const WeightLayout& l = w.layout;
+  const int mrows = static_cast<int>(x.rows < 8 ? x.rows : 8);
   const int64_t k_in = l.cols, xs_stride = k_in + 8;  // halves; +8 staggers the rows across banks
-  __half* xs = reinterpret_cast<__half*>(smem_raw);
-  float* xscale = reinterpret_cast<float*>(smem_raw + 8 * xs_stride * sizeof(__half));  // [8]
-  float* red = xscale + 8;                                                              // [warps][32][4 RT]
+  __half* xs = reinterpret_cast<__half*>(smem_raw);   // [mrows][xs_stride]
+  float* xscale = reinterpret_cast<float*>(smem_raw + mrows * xs_stride * sizeof(__half));  // [8]
+  float* red = xscale + 8;  // [warps][32][RT][4]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int mrows = static_cast<int>(x.rows < 8 ? x.rows : 8);
 
   // Stage x: per row amax, then fp16(x * 2^e) with 2^e * amax <= 2^14.
-  for (int m = warp; m < 8; m += kMmaWarps) {
+  for (int m = warp; m < mrows; m += kMmaWarps) {
     float amax = 0.0f;
-    if (m < mrows) {
-      for (int64_t k = lane; k < k_in; k += 32) amax = fmaxf(amax, fabsf(x.at(m, k)));
-    }
+    for (int64_t k = lane; k < k_in; k += 32) amax = fmaxf(amax, fabsf(x.at(m, k)));
     amax = warp_max(amax);
     const float s = amax > 0.0f && isfinite(amax) ? exp2f(14.0f - ceilf(log2f(amax))) : 1.0f;
     if (lane == 0) xscale[m] = s;
-    for (int64_t k = lane; k < k_in; k += 32) {
-      xs[m * xs_stride + k] = __float2half_rn(m < mrows ? x.at(m, k) * s : 0.0f);
-    }
+    for (int64_t k = lane; k < k_in; k += 32) xs[m * xs_stride + k] = __float2half_rn(x.at(m, k) * s);
   }
   __syncthreads();
 
@@ -271,10 +267,21 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   int64_t cur_group = -1;
   uint32_t zg[RT], zg8[RT];  // half2 (1024 + zero) for rows g and g + 8
   float dg[RT], dg8[RT];
+  // Each warp's k blocks; the next block's words are loaded while this one is computed.
+  uint4 next[RT];
+  if (warp < k_blocks) {
+#pragma unroll
+    for (int t = 0; t < RT; ++t) next[t] = __ldg(packed + (((rt0 + t) * k_blocks + warp) * 32 + lane));
+  }
   for (int64_t kb = warp; kb < k_blocks; kb += kMmaWarps) {
     uint4 a_words[RT];
 #pragma unroll
-    for (int t = 0; t < RT; ++t) a_words[t] = __ldg(packed + (((rt0 + t) * k_blocks + kb) * 32 + lane));
+    for (int t = 0; t < RT; ++t) a_words[t] = next[t];
+    if (kb + kMmaWarps < k_blocks) {
+#pragma unroll
+      for (int t = 0; t < RT; ++t)
+        next[t] = __ldg(packed + (((rt0 + t) * k_blocks + kb + kMmaWarps) * 32 + lane));
+    }
 #pragma unroll
     for (int kt = 0; kt < 4; ++kt) {
       const int64_t k0 = kb * 64 + kt * 16;
@@ -301,8 +308,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         cur_group = grp;
       }
       // B: x rows g (one per mma column), k pairs (2c, 2c+1) and (2c+8, 2c+9).
-      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xs + g * xs_stride + k0 + 2 * c);
-      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xs + g * xs_stride + k0 + 2 * c + 8);
+      const bool has_x = g < mrows;  // mma columns beyond the rows of x multiply zeros
+      const uint32_t b0 = has_x ? *reinterpret_cast<const uint32_t*>(xs + g * xs_stride + k0 + 2 * c) : 0u;
+      const uint32_t b1 =
+          has_x ? *reinterpret_cast<const uint32_t*>(xs + g * xs_stride + k0 + 2 * c + 8) : 0u;
 #pragma unroll
       for (int t = 0; t < RT; ++t) {
         const uint32_t word =
@@ -511,14 +520,15 @@ Status linear(View2<const float> x, const WeightView& w, const void* int4_packed
     if (!int4_mma_eligible(l)) {
       return invalid_argument("linear: a packed int4 weight needs rows % 16 == 0 and cols % 64 == 0");
     }
-    const size_t smem = 8 * static_cast<size_t>(l.cols + 8) * sizeof(__half) + 8 * sizeof(float) +
-                        kMmaWarps * 32 * 4 * sizeof(float) * 4;
+    const int64_t tiles = l.rows / 16, sms = device_info().sm_count;
+    // Enough blocks to cover the GPU a few times over; more row tiles per block when there are
+    // plenty (x is staged once per block).
+    const int rt = (tiles % 4 == 0 && tiles >= 8 * sms) ? 4 : ((tiles % 2 == 0 && tiles >= 4 * sms) ? 2 : 1);
+    const size_t smem = static_cast<size_t>(x.rows) * static_cast<size_t>(l.cols + 8) * sizeof(__half) +
+                        8 * sizeof(float) + static_cast<size_t>(kMmaWarps) * 32 * rt * 4 * sizeof(float);
     if (smem <= static_cast<size_t>(device_info().max_smem_per_block)) {
-      const int64_t tiles = l.rows / 16, sms = device_info().sm_count;
-      // Enough blocks to cover the GPU a few times over; more row tiles per block when there are
-      // plenty (x is staged once per block).
-      if (tiles % 4 == 0 && tiles >= 8 * sms) return launch_mma<4>(x, w, int4_packed, bias, y, smem, stream);
-      if (tiles % 2 == 0 && tiles >= 4 * sms) return launch_mma<2>(x, w, int4_packed, bias, y, smem, stream);
+      if (rt == 4) return launch_mma<4>(x, w, int4_packed, bias, y, smem, stream);
+      if (rt == 2) return launch_mma<2>(x, w, int4_packed, bias, y, smem, stream);
       return launch_mma<1>(x, w, int4_packed, bias, y, smem, stream);
     }
     // x too wide to stage: the CUDA-core path below.
