@@ -16,8 +16,14 @@ for b in kernels_cuda_tests kernels_cuda_bench; do
     exit 3
   fi
 done
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+# Full logs stay in GPU_CHECK_LOG_DIR when it is set (e.g. to bring them back from the GPU machine).
+if [ -n "${GPU_CHECK_LOG_DIR:-}" ]; then
+  logs=$GPU_CHECK_LOG_DIR
+  mkdir -p "$logs"
+else
+  logs=$(mktemp -d)
+  trap 'rm -rf "$logs"' EXIT
+fi
 
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | sed 's/^/gpu-check: /'
