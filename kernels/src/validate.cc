@@ -132,4 +132,86 @@ Status validate_kv_append(const KvCache& cache, const KvAppend& a, int64_t token
   return ok_status();
 }
 
+Status validate_attention(const KvCache& cache, const AttentionBatch& b, View3<const float> q,
+                          View3<const float> out, bool host_arrays, const char* op) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_kv_cache(cache, host_arrays, op));
+  const KvPageLayout& l = cache.layout;
+  const std::string o(op);
+  if (b.num_seqs < 0) return invalid_argument(o + ": negative number of sequences");
+  if (b.num_q_heads < 1 || b.num_q_heads % l.num_kv_heads != 0) {
+    return invalid_argument(o + ": " + std::to_string(b.num_q_heads) + " query heads is not a multiple of " +
+                            std::to_string(l.num_kv_heads) + " KV heads");
+  }
+  if (!std::isfinite(b.scale)) return invalid_argument(o + ": the softmax scale is not finite");
+  if (b.split_tokens < 0) return invalid_argument(o + ": split_tokens is negative");
+  if (b.num_seqs == 0) return ok_status();
+  if (b.q_start == nullptr || b.kv_len == nullptr || b.block_table == nullptr) {
+    return invalid_argument(o + ": q_start, kv_len or block_table is null");
+  }
+  if (b.max_pages_per_seq < 1) return invalid_argument(o + ": max_pages_per_seq must be positive");
+  if (l.dtype == KvDtype::kInt4Kivi && b.staging_ids == nullptr) {
+    return invalid_argument(o + ": int4-kivi attention needs each sequence's staging id");
+  }
+  if (!host_arrays) {
+    if (q.dim1 != b.num_q_heads || q.dim2 != l.head_dim || out.dim0 != q.dim0 || out.dim1 != q.dim1 ||
+        out.dim2 != q.dim2) {
+      return invalid_argument(o + ": q and out must both be [T, " + std::to_string(b.num_q_heads) + ", " +
+                              std::to_string(l.head_dim) + "]");
+    }
+    return ok_status();
+  }
+  if (b.q_start[0] != 0) return invalid_argument(o + ": q_start[0] must be 0");
+  for (int32_t s = 0; s < b.num_seqs; ++s) {
+    const std::string seq = "sequence " + std::to_string(s);
+    const int32_t q_len = b.q_start[s + 1] - b.q_start[s];
+    if (q_len < 0) return invalid_argument(o + ": q_start decreases at " + seq);
+    if (q_len > b.kv_len[s]) {
+      return invalid_argument(o + ": " + seq + " has " + std::to_string(q_len) + " query tokens but only " +
+                              std::to_string(b.kv_len[s]) + " in the cache");
+    }
+    const int64_t pages = (int64_t{b.kv_len[s]} + l.page_size - 1) / l.page_size;
+    if (pages > b.max_pages_per_seq) {
+      return out_of_range(o + ": " + seq + " needs " + std::to_string(pages) +
+                          " pages, its block table row holds " + std::to_string(b.max_pages_per_seq));
+    }
+    for (int64_t i = 0; i < pages; ++i) {
+      const int32_t p = b.block_table[int64_t{s} * b.max_pages_per_seq + i];
+      if (p < 0 || p >= cache.num_pages) {
+        return out_of_range(o + ": " + seq + " page " + std::to_string(i) + " is id " + std::to_string(p) +
+                            ", outside the pool of " + std::to_string(cache.num_pages));
+      }
+    }
+    if (l.dtype == KvDtype::kInt4Kivi && b.kv_len[s] % l.page_size != 0 &&
+        (b.staging_ids[s] < 0 || b.staging_ids[s] >= cache.num_staging)) {
+      return out_of_range(o + ": " + seq + " staging id " + std::to_string(b.staging_ids[s]) +
+                          " is outside the " + std::to_string(cache.num_staging) + " windows");
+    }
+  }
+  const int64_t tokens = b.q_start[b.num_seqs];
+  INFERGATE_K_RETURN_IF_ERROR(validate_view3(q, tokens, b.num_q_heads, l.head_dim, op, "q"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view3(out, tokens, b.num_q_heads, l.head_dim, op, "out"));
+  return ok_status();
+}
+
+Status validate_linear(View2<const float> x, const WeightView& w, View2<const float> y, const char* op) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_weight_view(w, op));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(x, x.rows, w.layout.cols, op, "x"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(y, x.rows, w.layout.rows, op, "y"));
+  return ok_status();
+}
+
+Status validate_rope(const RopeConfig& c, View3<const float> q, View3<const float> k, const char* op) {
+  const std::string o(op);
+  if (c.head_dim < 2 || c.rotary_dim < 2 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
+    return invalid_argument(o + ": rotary_dim " + std::to_string(c.rotary_dim) +
+                            " must be even, >= 2 and <= head_dim " + std::to_string(c.head_dim));
+  }
+  if (static_cast<int>(c.style) > static_cast<int>(RopeStyle::kInterleaved)) {
+    return invalid_argument(o + ": unknown rope style");
+  }
+  INFERGATE_K_RETURN_IF_ERROR(validate_view3(q, q.dim0, q.dim1, c.head_dim, op, "q"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view3(k, q.dim0, k.dim1, c.head_dim, op, "k"));
+  return ok_status();
+}
+
 }  // namespace infergate::kernels

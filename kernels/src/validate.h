@@ -29,4 +29,11 @@ Status validate_kv_cache(const KvCache& cache, bool host_arrays, const char* op)
 Status validate_kv_append(const KvCache& cache, const KvAppend& a, int64_t tokens, bool host_arrays,
                           const char* op);
 
+// Shapes and host arrays of an attention call (q_start monotone, q_len <= kv_len, pages in range).
+// Without host arrays only the shapes and pointers are checked.
+Status validate_attention(const KvCache& cache, const AttentionBatch& b, View3<const float> q,
+                          View3<const float> out, bool host_arrays, const char* op);
+Status validate_linear(View2<const float> x, const WeightView& w, View2<const float> y, const char* op);
+Status validate_rope(const RopeConfig& c, View3<const float> q, View3<const float> k, const char* op);
+
 }  // namespace infergate::kernels

@@ -106,3 +106,22 @@ inline ::testing::AssertionResult all_finite(const std::vector<float>& x) {
 }
 
 }  // namespace infergate::kernels::testing
+
+#include "infergate/kernels/cpu.h"
+
+namespace infergate::kernels::testing {
+
+// Runs fn once per instruction set this CPU has (scalar, avx2, avx512), with that set active, then
+// restores the best one. The active set goes into the failure trace.
+template <class Fn>
+void for_each_isa(Fn&& fn) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu_isa_detected())) continue;
+    ASSERT_TRUE(set_cpu_isa(isa).ok());
+    SCOPED_TRACE(std::string("isa ") + cpu_isa_name(isa));
+    fn(isa);
+  }
+  ASSERT_TRUE(set_cpu_isa(cpu_isa_detected()).ok());
+}
+
+}  // namespace infergate::kernels::testing

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "infergate/kernels/ref.h"
+#include "rows.h"
 #include "validate.h"
 
 namespace infergate::kernels {
@@ -157,33 +158,34 @@ void seal_kivi_keys(const KvPageLayout& l, const KvPageRegions& r, uint8_t* page
 
 }  // namespace
 
+void kv_write_token_head(const KvCache& cache, const KvAppend& a, int64_t i, int64_t h) {
+  const KvPageLayout& l = cache.layout;
+  const KvPageRegions r = kv_page_regions(l);
+  uint8_t* page = cache.page(a.page_ids[i]);
+  const int64_t t = a.slots[i];
+  const float* k = a.k.at(i, h);
+  write_row(l, page, r.v_data, r.v_params, h, t, a.v.at(i, h), cache.v_scale);
+  if (l.dtype == KvDtype::kInt4Kivi) {
+    auto* window = reinterpret_cast<uint16_t*>(cache.staging_window(a.staging_ids[i]));
+    uint16_t* dst = window + (h * l.page_size + t) * l.head_dim;
+    for (int64_t c = 0; c < l.head_dim; ++c) dst[c] = fp16_from_float(k[c]);
+    if (t == l.page_size - 1) seal_kivi_keys(l, r, page, window, h);
+  } else {
+    write_row(l, page, r.k_data, r.k_params, h, t, k, cache.k_scale);
+  }
+}
+
 Status kv_append_ref(const KvCache& cache, const KvAppend& a) {
   const int64_t tokens = a.k.dim0;
   INFERGATE_K_RETURN_IF_ERROR(validate_kv_append(cache, a, tokens, /*host_arrays=*/true, "kv_append"));
-  const KvPageLayout& l = cache.layout;
-  const KvPageRegions r = kv_page_regions(l);
   for (int64_t i = 0; i < tokens; ++i) {
-    uint8_t* page = cache.page(a.page_ids[i]);
-    const int64_t t = a.slots[i];
-    for (int64_t h = 0; h < l.num_kv_heads; ++h) {
-      const float* k = a.k.at(i, h);
-      const float* v = a.v.at(i, h);
-      write_row(l, page, r.v_data, r.v_params, h, t, v, cache.v_scale);
-      if (l.dtype == KvDtype::kInt4Kivi) {
-        auto* window = reinterpret_cast<uint16_t*>(cache.staging_window(a.staging_ids[i]));
-        uint16_t* dst = window + (h * l.page_size + t) * l.head_dim;
-        for (int64_t c = 0; c < l.head_dim; ++c) dst[c] = fp16_from_float(k[c]);
-        if (t == l.page_size - 1) seal_kivi_keys(l, r, page, window, h);
-      } else {
-        write_row(l, page, r.k_data, r.k_params, h, t, k, cache.k_scale);
-      }
-    }
+    for (int64_t h = 0; h < cache.layout.num_kv_heads; ++h) kv_write_token_head(cache, a, i, h);
   }
   return ok_status();
 }
 
-Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
-                        View3<float> k, View3<float> v) {
+Status validate_kv_read(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
+                        View3<const float> k, View3<const float> v) {
   INFERGATE_K_RETURN_IF_ERROR(validate_kv_cache(cache, true, "kv_read_page"));
   const KvPageLayout& l = cache.layout;
   if (page_id < 0 || page_id >= cache.num_pages) {
@@ -201,6 +203,14 @@ Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, i
   }
   INFERGATE_K_RETURN_IF_ERROR(validate_view3(k, l.num_kv_heads, filled, l.head_dim, "kv_read_page", "k"));
   INFERGATE_K_RETURN_IF_ERROR(validate_view3(v, l.num_kv_heads, filled, l.head_dim, "kv_read_page", "v"));
+  return ok_status();
+}
+
+Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
+                        View3<float> k, View3<float> v) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_kv_read(cache, page_id, filled, staging_id, k, v));
+  const KvPageLayout& l = cache.layout;
+  const bool staged = l.dtype == KvDtype::kInt4Kivi && filled < l.page_size;
   const KvPageRegions r = kv_page_regions(l);
   const uint8_t* page = cache.page(page_id);
   for (int64_t h = 0; h < l.num_kv_heads; ++h) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "infergate/kernels/ref.h"
+#include "rows.h"
 #include "validate.h"
 
 namespace infergate::kernels {
@@ -40,80 +41,86 @@ void put_scale(void* scales, int64_t i, uint16_t bits) { static_cast<uint16_t*>(
 
 }  // namespace
 
-Status quantize_weight_ref(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out) {
-  INFERGATE_K_RETURN_IF_ERROR(validate_quantize_args(src, layout, out));
-  const int64_t n_rows = layout.rows, k_cols = layout.cols;
+Status quantize_weight_row(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out,
+                           int64_t r, float* x) {
+  const int64_t k_cols = layout.cols;
   const int64_t row_bytes = weight_row_bytes(layout);
   const int64_t groups = weight_groups_per_row(layout);
-  std::vector<float> x(static_cast<size_t>(k_cols));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (int64_t c = 0; c < k_cols; ++c) {
-      x[c] = source_at(src, r, c);
-      if (!std::isfinite(x[c])) return invalid_argument("weight is not finite at " + where(r, c));
-    }
-    uint8_t* row = static_cast<uint8_t*>(out.data) + r * row_bytes;
-    switch (layout.format) {
-      case WeightFormat::kF16:
-      case WeightFormat::kBF16: {
-        auto* dst = reinterpret_cast<uint16_t*>(row);
-        for (int64_t c = 0; c < k_cols; ++c) {
-          if (layout.format == WeightFormat::kF16) {
-            if (std::fabs(x[c]) > kFp16Max)
-              return invalid_argument("weight exceeds the fp16 range at " + where(r, c));
-            dst[c] = fp16_from_float(x[c]);
-          } else {
-            dst[c] = bf16_from_float(x[c]);
-          }
+  for (int64_t c = 0; c < k_cols; ++c) {
+    x[c] = source_at(src, r, c);
+    if (!std::isfinite(x[c])) return invalid_argument("weight is not finite at " + where(r, c));
+  }
+  uint8_t* row = static_cast<uint8_t*>(out.data) + r * row_bytes;
+  switch (layout.format) {
+    case WeightFormat::kF16:
+    case WeightFormat::kBF16: {
+      auto* dst = reinterpret_cast<uint16_t*>(row);
+      for (int64_t c = 0; c < k_cols; ++c) {
+        if (layout.format == WeightFormat::kF16) {
+          if (std::fabs(x[c]) > kFp16Max)
+            return invalid_argument("weight exceeds the fp16 range at " + where(r, c));
+          dst[c] = fp16_from_float(x[c]);
+        } else {
+          dst[c] = bf16_from_float(x[c]);
         }
-        break;
       }
-      case WeightFormat::kInt8: {
-        float amax = 0.0f;
-        for (int64_t c = 0; c < k_cols; ++c) amax = std::max(amax, std::fabs(x[c]));
-        uint16_t bits = 0;
-        INFERGATE_K_RETURN_IF_ERROR(stored_scale(amax / 127.0f, layout.scale_dtype, r, 0, &bits));
-        put_scale(out.scales, r, bits);
-        const float inv = safe_inverse(scale_to_float(bits, layout.scale_dtype));
-        auto* dst = reinterpret_cast<int8_t*>(row);
-        for (int64_t c = 0; c < k_cols; ++c) dst[c] = quantize_int8(x[c], inv);
-        break;
-      }
-      case WeightFormat::kInt4Sym:
-      case WeightFormat::kInt4Asym: {
-        std::memset(row, 0, static_cast<size_t>(row_bytes));
-        const bool asym = layout.format == WeightFormat::kInt4Asym;
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t c0 = g * layout.group_size, c1 = std::min(k_cols, c0 + layout.group_size);
-          float wanted;
-          float lo = 0.0f, hi = 0.0f;
-          if (asym) {
-            for (int64_t c = c0; c < c1; ++c) {
-              lo = std::min(lo, x[c]);
-              hi = std::max(hi, x[c]);
-            }
-            wanted = (hi - lo) / 15.0f;
-          } else {
-            float amax = 0.0f;
-            for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
-            wanted = amax / 7.0f;
-          }
-          uint16_t bits = 0;
-          INFERGATE_K_RETURN_IF_ERROR(stored_scale(wanted, layout.scale_dtype, r, g, &bits));
-          put_scale(out.scales, r * groups + g, bits);
-          const float inv = safe_inverse(scale_to_float(bits, layout.scale_dtype));
-          int32_t z = 8;
-          if (asym) {
-            z = static_cast<int32_t>(clamp_float(round_half_even(-lo * inv), 0.0f, 15.0f));
-            out.zeros[r * groups + g] = static_cast<uint8_t>(z);
-          }
+      break;
+    }
+    case WeightFormat::kInt8: {
+      float amax = 0.0f;
+      for (int64_t c = 0; c < k_cols; ++c) amax = std::max(amax, std::fabs(x[c]));
+      uint16_t bits = 0;
+      INFERGATE_K_RETURN_IF_ERROR(stored_scale(amax / 127.0f, layout.scale_dtype, r, 0, &bits));
+      put_scale(out.scales, r, bits);
+      const float inv = safe_inverse(scale_to_float(bits, layout.scale_dtype));
+      auto* dst = reinterpret_cast<int8_t*>(row);
+      for (int64_t c = 0; c < k_cols; ++c) dst[c] = quantize_int8(x[c], inv);
+      break;
+    }
+    case WeightFormat::kInt4Sym:
+    case WeightFormat::kInt4Asym: {
+      std::memset(row, 0, static_cast<size_t>(row_bytes));
+      const bool asym = layout.format == WeightFormat::kInt4Asym;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t c0 = g * layout.group_size, c1 = std::min(k_cols, c0 + layout.group_size);
+        float wanted;
+        float lo = 0.0f, hi = 0.0f;
+        if (asym) {
           for (int64_t c = c0; c < c1; ++c) {
-            const uint32_t u = quantize_int4(x[c], inv, z);
-            row[c >> 1] = static_cast<uint8_t>(row[c >> 1] | (u << ((c & 1) * 4)));
+            lo = std::min(lo, x[c]);
+            hi = std::max(hi, x[c]);
           }
+          wanted = (hi - lo) / 15.0f;
+        } else {
+          float amax = 0.0f;
+          for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
+          wanted = amax / 7.0f;
         }
-        break;
+        uint16_t bits = 0;
+        INFERGATE_K_RETURN_IF_ERROR(stored_scale(wanted, layout.scale_dtype, r, g, &bits));
+        put_scale(out.scales, r * groups + g, bits);
+        const float inv = safe_inverse(scale_to_float(bits, layout.scale_dtype));
+        int32_t z = 8;
+        if (asym) {
+          z = static_cast<int32_t>(clamp_float(round_half_even(-lo * inv), 0.0f, 15.0f));
+          out.zeros[r * groups + g] = static_cast<uint8_t>(z);
+        }
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint32_t u = quantize_int4(x[c], inv, z);
+          row[c >> 1] = static_cast<uint8_t>(row[c >> 1] | (u << ((c & 1) * 4)));
+        }
       }
+      break;
     }
+  }
+  return ok_status();
+}
+
+Status quantize_weight_ref(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_quantize_args(src, layout, out));
+  std::vector<float> x(static_cast<size_t>(layout.cols));
+  for (int64_t r = 0; r < layout.rows; ++r) {
+    INFERGATE_K_RETURN_IF_ERROR(quantize_weight_row(src, layout, out, r, x.data()));
   }
   return ok_status();
 }

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "infergate/kernels/formats.h"
 #include "infergate/kernels/kv_cache.h"
+#include "infergate/kernels/ops.h"
 #include "infergate/kernels/status.h"
 #include "infergate/kernels/tensor.h"
 
@@ -58,5 +60,49 @@ Status kv_append_ref(const KvCache& cache, const KvAppend& a);
 // window `staging_id` (ignored otherwise).
 Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
                         View3<float> k, View3<float> v);
+
+// ==== Linear layers =================================================================================
+
+// y [M, N] = x [M, K] @ W[N, K]^T (+ bias [N] when not null), dequantizing W on the fly. The
+// reference sums in double; optimised versions sum in fp32 (tests compare within fp32 tolerance).
+// y must not overlap x.
+Status linear_ref(View2<const float> x, const WeightView& w, const float* bias, View2<float> y);
+
+// ==== Attention ====================================================================================
+
+// Causal attention of a batch of query chunks over a paged KV cache (see AttentionBatch in ops.h):
+// query token i of sequence s sits at position kv_len[s] - q_len + i and sees KV positions 0..that.
+// q and out are [T, num_q_heads, head_dim] (T = q_start[num_seqs]); query head j reads KV head
+// j / (num_q_heads / num_kv_heads). Softmax in fp32 or wider: out = softmax(scale * q K^T) V.
+// The reference works in double. Host arrays.
+Status attention_ref(const KvCache& cache, const AttentionBatch& batch, View3<const float> q,
+                     View3<float> out);
+
+// ==== Element-wise ops (all fp32) =================================================================
+
+// y [T, H] = x * rsqrt(mean(x^2) + eps) * w [H]. y may be x (in place).
+Status rmsnorm_ref(View2<const float> x, const float* w, float eps, View2<float> y);
+
+// The rotary frequencies inv_freq[i] = 1 / theta^(2i / rotary_dim), i < rotary_dim / 2, with llama3
+// scaling applied when configured (as transformers' _compute_llama3_parameters does).
+Status rope_inv_freq(const RopeConfig& config, std::vector<float>* inv_freq);
+
+// Rotates q [T, Hq, head_dim] and k [T, Hk, head_dim] in place at positions[T] (see RopeConfig for
+// the two layouts). angle = float(position) * inv_freq[i] in fp32, as transformers computes it.
+Status rope_ref(const RopeConfig& config, const float* inv_freq, const int32_t* positions, View3<float> q,
+                View3<float> k);
+
+// out [T, I] = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may be gate or up.
+Status silu_mul_ref(View2<const float> gate, View2<const float> up, View2<float> out);
+
+// out [T, H] = a + b (the residual add). out may be a or b.
+Status add_ref(View2<const float> a, View2<const float> b, View2<float> out);
+
+// y [T, N] += bias [N] (Qwen2's q/k/v biases).
+Status bias_add_ref(View2<float> y, const float* bias);
+
+// out [T, H] = table[ids[t]] as fp32; the table is [vocab, H] in fp32, fp16 or bf16.
+// An id outside [0, vocab) is refused (OutOfRange, naming the position and the id).
+Status embedding_ref(const MatrixSource& table, const int32_t* ids, int64_t tokens, View2<float> out);
 
 }  // namespace infergate::kernels

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "infergate/kernels/numeric.h"
 
@@ -19,7 +20,10 @@ struct View2 {
   INFERGATE_HD T* row(int64_t r) const { return data + r * row_stride; }
   INFERGATE_HD T& at(int64_t r, int64_t c) const { return data[r * row_stride + c]; }
   // A View2<T> converts to View2<const T>.
-  INFERGATE_HD operator View2<const T>() const { return {data, rows, cols, row_stride}; }
+  template <class U, std::enable_if_t<std::is_same_v<U, T> && !std::is_const_v<U>, int> = 0>
+  INFERGATE_HD operator View2<const U>() const {
+    return {data, rows, cols, row_stride};
+  }
 };
 
 // A tensor [dim0, dim1, dim2] (e.g. [tokens, heads, head_dim]); element (i, j, k) lives at
@@ -34,7 +38,10 @@ struct View3 {
   int64_t stride1 = 0;
 
   INFERGATE_HD T* at(int64_t i, int64_t j) const { return data + i * stride0 + j * stride1; }
-  INFERGATE_HD operator View3<const T>() const { return {data, dim0, dim1, dim2, stride0, stride1}; }
+  template <class U, std::enable_if_t<std::is_same_v<U, T> && !std::is_const_v<U>, int> = 0>
+  INFERGATE_HD operator View3<const U>() const {
+    return {data, dim0, dim1, dim2, stride0, stride1};
+  }
 };
 
 template <class T>

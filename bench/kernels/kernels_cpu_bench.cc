@@ -1,0 +1,252 @@
+// CPU benchmarks of the kernels/ ops. Every op reports bytes/s (the bytes it must read: weights with
+// their scales, KV pages with theirs); the summary at the end divides them by the bandwidth of a
+// STREAM-like triad measured in the same run with the same threads, and compares quantized-KV
+// attention with fp16-KV attention. Working sets are larger than the last-level cache.
+//
+//   kernels_cpu_bench [--benchmark_filter=...]     INFERGATE_KERNELS_THREADS / _ISA apply
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "infergate/kernels/cpu.h"
+#include "infergate/kernels/ref.h"
+
+namespace infergate::kernels {
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 g(12345);
+  return g;
+}
+
+std::vector<float> normals(size_t n, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng());
+  return v;
+}
+
+// ---- memory bandwidth: a[i] = b[i] + s * c[i] over 3 x 128 MiB, threads as the ops use ----
+void BM_Triad(benchmark::State& state) {
+  const size_t n = size_t{32} << 20;  // 32 Mi floats = 128 MiB per array
+  std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
+  // Parallel like the ops: one contiguous block per thread, via the public add op (a = b + c).
+  // The STREAM triad's extra multiply costs nothing at these sizes.
+  const int64_t rows = 4096, cols = static_cast<int64_t>(n) / rows;
+  for (auto _ : state) {
+    Status s = add_cpu(contiguous<const float>(b.data(), rows, cols),
+                       contiguous<const float>(c.data(), rows, cols), contiguous(a.data(), rows, cols));
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(3 * n * sizeof(float)));
+}
+BENCHMARK(BM_Triad)->Name("triad")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+// ---- GEMV / small-batch GEMM: a >= 64 MiB weight ----
+struct BenchWeight {
+  WeightLayout layout;
+  std::vector<uint8_t> data, zeros;
+  std::vector<uint16_t> scales;
+  WeightView view() const {
+    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
+            zeros.empty() ? nullptr : zeros.data()};
+  }
+};
+
+const BenchWeight& weight(WeightFormat f) {
+  static std::map<int, BenchWeight> cache;
+  auto it = cache.find(static_cast<int>(f));
+  if (it != cache.end()) return it->second;
+  // int8: 8192 x 8192 = 64 MiB; int4: 16384 x 8192 = 64 MiB of codes; fp16: 4096 x 8192 = 64 MiB.
+  const int64_t k = 8192;
+  const int64_t n = f == WeightFormat::kInt8 ? 8192 : (is_int4(f) ? 16384 : 4096);
+  BenchWeight w;
+  w.layout = {f, n, k, is_int4(f) ? 128 : 0, ScaleDtype::kF16};
+  const WeightBytes b = weight_bytes(w.layout);
+  w.data.resize(static_cast<size_t>(b.data));
+  w.scales.resize(static_cast<size_t>(b.scales / 2));
+  w.zeros.resize(static_cast<size_t>(b.zeros));
+  // Quantize 64 rows and repeat them: realistic codes and scales without minutes of set-up.
+  const int64_t rows = 64;
+  std::vector<float> src = normals(static_cast<size_t>(rows * k), 0.02f);
+  WeightLayout small = w.layout;
+  small.rows = rows;
+  BenchWeight s;
+  const WeightBytes sb = weight_bytes(small);
+  s.data.resize(static_cast<size_t>(sb.data));
+  s.scales.resize(static_cast<size_t>(sb.scales / 2));
+  s.zeros.resize(static_cast<size_t>(sb.zeros));
+  if (!quantize_weight_cpu({src.data(), SourceDtype::kF32, rows, k, k}, small,
+                           {s.data.data(), s.scales.data(), s.zeros.empty() ? nullptr : s.zeros.data()})
+           .ok()) {
+    std::abort();
+  }
+  for (int64_t r = 0; r < n; r += rows) {
+    std::copy(s.data.begin(), s.data.end(), w.data.begin() + r * weight_row_bytes(w.layout));
+    std::copy(s.scales.begin(), s.scales.end(), w.scales.begin() + r * weight_groups_per_row(w.layout));
+    if (!s.zeros.empty())
+      std::copy(s.zeros.begin(), s.zeros.end(), w.zeros.begin() + r * weight_groups_per_row(w.layout));
+  }
+  return cache.emplace(static_cast<int>(f), std::move(w)).first->second;
+}
+
+void BM_Linear(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const int64_t m = state.range(1);
+  const BenchWeight& w = weight(f);
+  std::vector<float> x = normals(static_cast<size_t>(m * w.layout.cols), 1.0f);
+  std::vector<float> y(static_cast<size_t>(m * w.layout.rows));
+  for (auto _ : state) {
+    Status s = linear_cpu(contiguous<const float>(x.data(), m, w.layout.cols), w.view(), nullptr,
+                          contiguous(y.data(), m, w.layout.rows));
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::ClobberMemory();
+  }
+  const int64_t bytes = weight_bytes(w.layout).total() + static_cast<int64_t>((x.size() + y.size()) * 4);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
+  state.SetLabel(std::string(weight_format_name(f)) + " " + std::to_string(w.layout.rows) + "x" +
+                 std::to_string(w.layout.cols) + " M=" + std::to_string(m));
+}
+BENCHMARK(BM_Linear)
+    ->Name("linear")
+    ->ArgsProduct({{static_cast<int>(WeightFormat::kF16), static_cast<int>(WeightFormat::kBF16),
+                    static_cast<int>(WeightFormat::kInt8), static_cast<int>(WeightFormat::kInt4Sym),
+                    static_cast<int>(WeightFormat::kInt4Asym)},
+                   {1, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.5);
+
+// ---- decode attention: 8 sequences x 4096 tokens, 32 query / 8 KV heads, head_dim 128 ----
+struct BenchCache {
+  KvPageLayout layout;
+  std::vector<uint8_t> pages, staging;
+  std::vector<int32_t> block_table, q_start, kv_len, staging_ids;
+  KvCache cache;
+  AttentionBatch batch;
+};
+
+constexpr int kSeqs = 8, kCtx = 4096, kHq = 32, kHk = 8, kDim = 128, kPage = 16;
+
+const BenchCache& kv_cache(KvDtype dt) {
+  static std::map<int, BenchCache> caches;
+  auto it = caches.find(static_cast<int>(dt));
+  if (it != caches.end()) return it->second;
+  BenchCache c;
+  c.layout = {dt, kPage, kHk, kDim};
+  const int64_t pages_per_seq = kCtx / kPage, pages = kSeqs * pages_per_seq;
+  c.pages.resize(static_cast<size_t>(pages * kv_page_bytes(c.layout)));
+  c.staging.resize(static_cast<size_t>(std::max<int64_t>(1, kSeqs * kv_staging_bytes(c.layout))));
+  c.cache = {c.layout, c.pages.data(), pages, c.staging.data(), kSeqs, nullptr, nullptr};
+  // Pages of all sequences interleaved, as a block manager hands them out.
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    for (int64_t p = 0; p < pages_per_seq; ++p) c.block_table.push_back(static_cast<int32_t>(p * kSeqs + s));
+  }
+  // Fill one page's worth of tokens per sequence and copy it everywhere (the contents do not
+  // change the work; quantizing 32k tokens would dominate start-up).
+  std::vector<float> k = normals(kPage * kHk * kDim, 1.0f), v = normals(kPage * kHk * kDim, 1.0f);
+  std::vector<int32_t> ids(kPage, 0), slots(kPage), wins(kPage, 0);
+  for (int i = 0; i < kPage; ++i) slots[i] = i;
+  KvAppend a{contiguous<const float>(k.data(), kPage, kHk, kDim),
+             contiguous<const float>(v.data(), kPage, kHk, kDim), ids.data(), slots.data(), wins.data()};
+  if (!kv_append_cpu(c.cache, a).ok()) std::abort();
+  for (int64_t p = 1; p < pages; ++p) {
+    std::copy(c.pages.begin(), c.pages.begin() + kv_page_bytes(c.layout),
+              c.pages.begin() + p * kv_page_bytes(c.layout));
+  }
+  for (int s = 0; s <= kSeqs; ++s) c.q_start.push_back(s);
+  c.kv_len.assign(kSeqs, kCtx);
+  c.staging_ids.resize(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) c.staging_ids[s] = s;
+  c.batch.num_seqs = kSeqs;
+  c.batch.num_q_heads = kHq;
+  c.batch.scale = 0.08838834764831845f;
+  c.batch.max_pages_per_seq = static_cast<int32_t>(pages_per_seq);
+  BenchCache& stored = caches.emplace(static_cast<int>(dt), std::move(c)).first->second;
+  stored.cache.pages = stored.pages.data();
+  stored.cache.staging = stored.staging.data();
+  stored.batch.q_start = stored.q_start.data();
+  stored.batch.kv_len = stored.kv_len.data();
+  stored.batch.block_table = stored.block_table.data();
+  stored.batch.staging_ids = stored.staging_ids.data();
+  return stored;
+}
+
+void BM_Attention(benchmark::State& state) {
+  const auto dt = static_cast<KvDtype>(state.range(0));
+  const BenchCache& c = kv_cache(dt);
+  std::vector<float> q = normals(kSeqs * kHq * kDim, 1.0f), out(q.size());
+  for (auto _ : state) {
+    Status s = attention_cpu(c.cache, c.batch, contiguous<const float>(q.data(), kSeqs, kHq, kDim),
+                             contiguous(out.data(), kSeqs, kHq, kDim));
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(c.pages.size()));
+  state.SetLabel(std::string(kv_dtype_name(dt)) + " KV, 8 seqs x 4096 tokens, 32/8 heads, d128");
+}
+BENCHMARK(BM_Attention)
+    ->Name("attention_decode")
+    ->DenseRange(static_cast<int>(KvDtype::kF16), static_cast<int>(KvDtype::kInt4Kivi))
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.5);
+
+// Collects every run so the summary can print ratios measured in this same process.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      const auto it = r.counters.find("bytes_per_second");
+      if (it == r.counters.end()) continue;
+      results_.push_back(
+          {r.benchmark_name(), r.report_label, static_cast<double>(it->second), r.GetAdjustedRealTime()});
+    }
+  }
+  void print_summary() const {
+    double triad = 0, f16_attn = 0;
+    for (const auto& r : results_) {
+      if (r.name.rfind("triad", 0) == 0) triad = r.bytes_per_second;
+      if (r.name.rfind("attention_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) f16_attn = r.time;
+    }
+    std::printf("\nSummary (%s, %d threads): triad %.2f GB/s\n", cpu_isa_name(cpu_isa()), cpu_threads(),
+                triad / 1e9);
+    std::printf("%-62s %10s %10s %12s\n", "op", "GB/s", "of triad", "vs f16 KV");
+    for (const auto& r : results_) {
+      if (r.name.rfind("triad", 0) == 0) continue;
+      std::printf("%-62s %10.2f %9.0f%%", (r.name + " " + r.label).substr(0, 62).c_str(),
+                  r.bytes_per_second / 1e9, triad > 0 ? 100.0 * r.bytes_per_second / triad : 0.0);
+      if (r.name.rfind("attention_decode", 0) == 0 && f16_attn > 0)
+        std::printf(" %11.2fx", f16_attn / r.time);
+      std::printf("\n");
+    }
+  }
+
+ private:
+  struct Result {
+    std::string name, label;
+    double bytes_per_second, time;
+  };
+  std::vector<Result> results_;
+};
+
+}  // namespace
+}  // namespace infergate::kernels
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  infergate::kernels::SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_summary();
+  benchmark::Shutdown();
+  return 0;
+}

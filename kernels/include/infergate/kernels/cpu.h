@@ -1,0 +1,67 @@
+// The optimised CPU version of every op: same contracts as the references in ref.h (read those for
+// the maths), multithreaded over a small pool, with AVX2 / AVX-512 inner loops chosen at run time
+// (never compiled for one CPU: the library runs on any x86-64, and builds elsewhere with the
+// portable loops). Host memory only; activations fp32; accumulation fp32.
+//
+// Thread-safety: the ops may be called from several threads at once; each call uses the shared pool
+// (calls queue for it). Results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "infergate/kernels/formats.h"
+#include "infergate/kernels/kv_cache.h"
+#include "infergate/kernels/ops.h"
+#include "infergate/kernels/ref.h"
+#include "infergate/kernels/status.h"
+#include "infergate/kernels/tensor.h"
+
+namespace infergate::kernels {
+
+// ---- instruction sets and threads ----
+
+enum class CpuIsa : uint8_t { kScalar = 0, kAvx2, kAvx512 };
+const char* cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
+// The best set this CPU runs (AVX2 needs AVX2+FMA+F16C; AVX-512 needs F/BW/VL/DQ as well).
+CpuIsa cpu_isa_detected();
+// The set in use: detected at start, or INFERGATE_KERNELS_ISA=scalar|avx2|avx512 when set (capped
+// at what the CPU runs), or the last set_cpu_isa().
+CpuIsa cpu_isa();
+// Chooses the set (tests and benchmarks compare them); refuses one the CPU cannot run.
+Status set_cpu_isa(CpuIsa isa);
+// Threads the ops use: INFERGATE_KERNELS_THREADS, else the hardware's concurrency. n >= 1.
+void set_cpu_threads(int n);
+int cpu_threads();
+
+// ---- ops (see ref.h for each contract) ----
+
+// Quantizes rows in parallel; bit-identical to quantize_weight_ref.
+Status quantize_weight_cpu(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out);
+// Bit-identical to dequantize_weight_ref.
+Status dequantize_weight_cpu(const WeightView& w, View2<float> out);
+// y = x W^T (+ bias), fused dequantization, fp32 accumulation. Batch 1 (GEMV) streams W once;
+// larger M reuses each dequantized vector for up to 4 rows of x.
+Status linear_cpu(View2<const float> x, const WeightView& w, const float* bias, View2<float> y);
+
+// Bit-identical pages to kv_append_ref.
+Status kv_append_cpu(const KvCache& cache, const KvAppend& a);
+// Bit-identical to kv_read_page_ref.
+Status kv_read_page_cpu(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
+                        View3<float> k, View3<float> v);
+// Paged attention (decode and prefill). Work units are (sequence, KV head, up to 16 query rows,
+// KV range); all query heads of a group share each dequantized K/V tile. Long sequences split
+// their KV range over units (batch.split_tokens, or automatically when there are fewer units than
+// threads) and the partial softmax states are merged exactly.
+Status attention_cpu(const KvCache& cache, const AttentionBatch& batch, View3<const float> q,
+                     View3<float> out);
+
+Status rmsnorm_cpu(View2<const float> x, const float* w, float eps, View2<float> y);
+// cos/sin are computed once per (token, frequency) and applied to every head.
+Status rope_cpu(const RopeConfig& config, const float* inv_freq, const int32_t* positions, View3<float> q,
+                View3<float> k);
+Status silu_mul_cpu(View2<const float> gate, View2<const float> up, View2<float> out);
+Status add_cpu(View2<const float> a, View2<const float> b, View2<float> out);
+Status bias_add_cpu(View2<float> y, const float* bias);
+Status embedding_cpu(const MatrixSource& table, const int32_t* ids, int64_t tokens, View2<float> out);
+
+}  // namespace infergate::kernels

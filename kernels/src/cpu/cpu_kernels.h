@@ -1,0 +1,83 @@
+// The inner loops of the optimised CPU ops, compiled once per instruction set (isa_*.cc include
+// kernels_impl.inc under a target region) and chosen at run time. The public *_cpu functions
+// (ops_cpu.cc) validate arguments, split work across the thread pool and call these.
+#pragma once
+
+#include <cstdint>
+
+#include "infergate/kernels/cpu.h"
+#include "infergate/kernels/formats.h"
+#include "infergate/kernels/kv_cache.h"
+#include "infergate/kernels/ops.h"
+#include "infergate/kernels/tensor.h"
+
+namespace infergate::kernels::cpu {
+
+struct LinearJob {
+  const float* x = nullptr;  // [m, K], x_stride apart
+  int64_t x_stride = 0;
+  int64_t m = 0;
+  WeightView w;
+  const float* bias = nullptr;  // [N] or null
+  float* y = nullptr;           // [m, N], y_stride apart
+  int64_t y_stride = 0;
+  // int4 only, from linear_prepare: x reordered in chunks of 2*width (evens, then odds) [m, k_main]
+  // (k_main = cols rounded down to 2*width; the rest is done element by element).
+  float* xperm = nullptr;
+  int64_t k_main = 0;
+};
+
+struct AttnJob {
+  const KvCache* cache = nullptr;
+  const AttentionBatch* batch = nullptr;
+  View3<const float> q;
+  View3<float> out;
+};
+
+// A work unit: rows [row0, row0 + nrows) of sequence `seq` for KV head `kv_head` (row r is query
+// token r / group, query head kv_head * group + r % group), over KV positions [kv0, kv1).
+// When `partial` is set the unit writes [nrows][head_dim + 2] = (o unnormalised, max, sum) there
+// instead of the final rows of out.
+struct AttnUnit {
+  int32_t seq = 0;
+  int32_t kv_head = 0;
+  int32_t row0 = 0;
+  int32_t nrows = 0;
+  int32_t kv0 = 0;
+  int32_t kv1 = 0;
+  float* partial = nullptr;
+};
+
+inline constexpr int kAttnMaxRows = 16;      // query rows per unit
+inline constexpr int kAttnChunkTokens = 16;  // KV tokens dequantized at a time
+
+// Floats of scratch one attention unit needs for head_dim d (rows padded to a multiple of 32).
+inline int64_t attention_scratch_floats(int64_t d) {
+  const int64_t dp = (d + 31) / 32 * 32;
+  return 2 * kAttnMaxRows * dp + 2 * kAttnChunkTokens * dp + 4 * kAttnChunkTokens + 2 * kAttnMaxRows +
+         2 * dp + 64;
+}
+
+struct Kernels {
+  const char* name;
+  int width;  // fp32 lanes
+  void (*linear_prepare)(const LinearJob& j);
+  void (*linear_rows)(const LinearJob& j, int64_t n0, int64_t n1);
+  // Dequantizes rows [t0, t0 + n) of head h of one side of a page into out (rows out_stride apart).
+  // `staged` (kInt4Kivi keys of a filling page): the fp16 window of head h, [page_size][head_dim].
+  void (*kv_rows)(const KvPageLayout& l, const uint8_t* page, bool key, int64_t h, int64_t t0, int64_t n,
+                  const uint16_t* staged, float* out, int64_t out_stride);
+  void (*attention_unit)(const AttnJob& j, const AttnUnit& u, float* scratch);
+  void (*rmsnorm_rows)(View2<const float> x, const float* w, float eps, View2<float> y, int64_t r0,
+                       int64_t r1);
+  void (*silu_mul_rows)(View2<const float> g, View2<const float> u, View2<float> out, int64_t r0, int64_t r1);
+  void (*add_rows)(View2<const float> a, View2<const float> b, View2<float> out, int64_t r0, int64_t r1);
+  void (*bias_add_rows)(View2<float> y, const float* bias, int64_t r0, int64_t r1);
+};
+
+const Kernels& scalar_kernels();
+const Kernels& avx2_kernels();    // call only when the CPU has AVX2, FMA and F16C
+const Kernels& avx512_kernels();  // call only when the CPU has AVX-512 F/BW/VL/DQ too
+const Kernels& active_kernels();  // the set chosen by set_cpu_isa / detection
+
+}  // namespace infergate::kernels::cpu

@@ -1,0 +1,80 @@
+// Run-time choice of the CPU inner loops: the best instruction set this CPU runs, unless
+// INFERGATE_KERNELS_ISA or set_cpu_isa asks for a lower one.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "infergate/kernels/cpu.h"
+
+namespace infergate::kernels {
+namespace {
+
+CpuIsa detect() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (avx512) return CpuIsa::kAvx512;
+  if (avx2) return CpuIsa::kAvx2;
+#endif
+  return CpuIsa::kScalar;
+}
+
+CpuIsa initial() {
+  const CpuIsa best = detect();
+  const char* env = std::getenv("INFERGATE_KERNELS_ISA");  // NOLINT(concurrency-mt-unsafe): read once
+  if (env == nullptr) return best;
+  CpuIsa want = best;
+  if (std::strcmp(env, "scalar") == 0) want = CpuIsa::kScalar;
+  if (std::strcmp(env, "avx2") == 0) want = CpuIsa::kAvx2;
+  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
+}
+
+std::atomic<int>& current() {
+  static std::atomic<int> isa{static_cast<int>(initial())};
+  return isa;
+}
+
+}  // namespace
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+CpuIsa cpu_isa_detected() {
+  static const CpuIsa best = detect();
+  return best;
+}
+
+CpuIsa cpu_isa() { return static_cast<CpuIsa>(current().load(std::memory_order_relaxed)); }
+
+Status set_cpu_isa(CpuIsa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(cpu_isa_detected())) {
+    return unsupported(std::string("this CPU does not run ") + cpu_isa_name(isa) +
+                       " (best: " + cpu_isa_name(cpu_isa_detected()) + ")");
+  }
+  current().store(static_cast<int>(isa), std::memory_order_relaxed);
+  return ok_status();
+}
+
+namespace cpu {
+const Kernels& active_kernels() {
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: return avx512_kernels();
+    case CpuIsa::kAvx2: return avx2_kernels();
+    case CpuIsa::kScalar: break;
+  }
+  return scalar_kernels();
+}
+}  // namespace cpu
+
+}  // namespace infergate::kernels

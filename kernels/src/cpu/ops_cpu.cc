@@ -1,0 +1,349 @@
+// The public optimised CPU ops: argument checks (shared with the references), work partitioning over
+// the thread pool, and calls into the inner loops of the active instruction set.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "infergate/kernels/cpu.h"
+#include "rows.h"
+#include "thread_pool.h"
+#include "validate.h"
+
+namespace infergate::kernels {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Splits [0, n) into blocks of at least `min_block` (a multiple of `align`), about 4 per thread.
+int64_t block_size(int64_t n, int64_t min_block, int64_t align) {
+  const int64_t threads = cpu_threads();
+  int64_t b = std::max(min_block, ceil_div(n, threads * 4));
+  return ceil_div(b, align) * align;
+}
+
+// Runs fn(begin, end) over blocks of [0, n).
+template <class Fn>
+void parallel_blocks(int64_t n, int64_t block, Fn&& fn) {
+  const int64_t blocks = ceil_div(n, block);
+  cpu::pool().run(blocks, [&](int64_t i) { fn(i * block, std::min(n, (i + 1) * block)); });
+}
+
+std::vector<float>& thread_scratch(int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < floats) scratch.resize(static_cast<size_t>(floats));
+  return scratch;
+}
+
+}  // namespace
+
+// ==== weights =====================================================================================
+
+Status quantize_weight_cpu(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_quantize_args(src, layout, out));
+  // Each row is independent; a failure is reported for the lowest failing row, as the reference does.
+  std::vector<Status> errors(static_cast<size_t>(layout.rows));
+  parallel_blocks(layout.rows, block_size(layout.rows, 16, 1), [&](int64_t r0, int64_t r1) {
+    std::vector<float>& x = thread_scratch(layout.cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      errors[static_cast<size_t>(r)] = quantize_weight_row(src, layout, out, r, x.data());
+      if (!errors[static_cast<size_t>(r)].ok()) return;
+    }
+  });
+  for (Status& s : errors) {
+    if (!s.ok()) return std::move(s);
+  }
+  return ok_status();
+}
+
+Status dequantize_weight_cpu(const WeightView& w, View2<float> out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_weight_view(w, "dequantize_weight"));
+  const WeightLayout& l = w.layout;
+  if (out.data == nullptr || out.rows != l.rows || out.cols != l.cols || out.row_stride < l.cols) {
+    return invalid_argument("dequantize_weight: output view is not " + shape_str(l.rows, l.cols));
+  }
+  // Memory-bound and rarely on a hot path: the reference's per-element maths, in parallel rows.
+  parallel_blocks(l.rows, block_size(l.rows, 16, 1), [&](int64_t r0, int64_t r1) {
+    WeightView part = w;
+    part.layout.rows = r1 - r0;
+    const int64_t row_bytes = weight_row_bytes(l), groups = weight_groups_per_row(l);
+    part.data = static_cast<const uint8_t*>(w.data) + r0 * row_bytes;
+    if (w.scales != nullptr) part.scales = static_cast<const uint16_t*>(w.scales) + r0 * groups;
+    if (w.zeros != nullptr) part.zeros = w.zeros + r0 * groups;
+    Status s = dequantize_weight_ref(part, {out.row(r0), r1 - r0, l.cols, out.row_stride});
+    (void)s;  // validated above; the parts cannot fail
+  });
+  return ok_status();
+}
+
+Status linear_cpu(View2<const float> x, const WeightView& w, const float* bias, View2<float> y) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_linear(x, w, y, "linear"));
+  if (x.rows == 0) return ok_status();
+  const cpu::Kernels& k = cpu::active_kernels();
+  cpu::LinearJob job;
+  job.x = x.data;
+  job.x_stride = x.row_stride;
+  job.m = x.rows;
+  job.w = w;
+  job.bias = bias;
+  job.y = y.data;
+  job.y_stride = y.row_stride;
+  std::vector<float> xperm;
+  if (is_int4(w.layout.format)) {
+    const int64_t chunk = 2 * k.width;
+    job.k_main = w.layout.cols / chunk * chunk;
+    xperm.resize(static_cast<size_t>(std::max<int64_t>(1, x.rows * job.k_main)));
+    job.xperm = xperm.data();
+    k.linear_prepare(job);
+  }
+  // Blocks of output rows, a multiple of 8 (the inner loop's row block), about 4 per thread.
+  parallel_blocks(w.layout.rows, block_size(w.layout.rows, 8, 8),
+                  [&](int64_t n0, int64_t n1) { k.linear_rows(job, n0, n1); });
+  return ok_status();
+}
+
+// ==== KV cache ====================================================================================
+
+Status kv_append_cpu(const KvCache& cache, const KvAppend& a) {
+  const int64_t tokens = a.k.dim0;
+  INFERGATE_K_RETURN_IF_ERROR(validate_kv_append(cache, a, tokens, /*host_arrays=*/true, "kv_append"));
+  // Parallel over KV heads: every byte a (token, head) writes belongs to its head (the fp8 per-head
+  // scale, kivi's per-head window and seal included), and tokens keep their order within a head.
+  cpu::pool().run(cache.layout.num_kv_heads, [&](int64_t h) {
+    for (int64_t i = 0; i < tokens; ++i) kv_write_token_head(cache, a, i, h);
+  });
+  return ok_status();
+}
+
+Status kv_read_page_cpu(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
+                        View3<float> k, View3<float> v) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_kv_read(cache, page_id, filled, staging_id, k, v));
+  const KvPageLayout& l = cache.layout;
+  const cpu::Kernels& kern = cpu::active_kernels();
+  const uint8_t* page = cache.page(page_id);
+  const bool staged = l.dtype == KvDtype::kInt4Kivi && filled < l.page_size;
+  cpu::pool().run(l.num_kv_heads, [&](int64_t h) {
+    const uint16_t* window = staged ? reinterpret_cast<const uint16_t*>(cache.staging_window(staging_id)) +
+                                          h * l.page_size * l.head_dim
+                                    : nullptr;
+    kern.kv_rows(l, page, true, h, 0, filled, window, k.at(h, 0), k.stride1);
+    kern.kv_rows(l, page, false, h, 0, filled, nullptr, v.at(h, 0), v.stride1);
+  });
+  return ok_status();
+}
+
+// ==== attention ===================================================================================
+
+Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const float> q, View3<float> out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_attention(cache, b, q, out, /*host_arrays=*/true, "attention"));
+  const KvPageLayout& l = cache.layout;
+  const int64_t group = b.num_q_heads / l.num_kv_heads, dim = l.head_dim;
+  const int64_t threads = cpu_threads();
+
+  // Units without splitting: (sequence, KV head, tile of up to 16 query rows).
+  struct Tile {
+    int32_t seq, kv_head, row0, nrows, kv_visible;
+  };
+  std::vector<Tile> tiles;
+  for (int32_t s = 0; s < b.num_seqs; ++s) {
+    const int64_t q_len = b.q_start[s + 1] - b.q_start[s], rows = q_len * group;
+    for (int32_t h = 0; h < l.num_kv_heads; ++h) {
+      for (int64_t r0 = 0; r0 < rows; r0 += cpu::kAttnMaxRows) {
+        const int64_t nrows = std::min<int64_t>(cpu::kAttnMaxRows, rows - r0);
+        const int64_t last_token = (r0 + nrows - 1) / group;
+        const int64_t visible = b.kv_len[s] - q_len + last_token + 1;
+        tiles.push_back(
+            {s, h, static_cast<int32_t>(r0), static_cast<int32_t>(nrows), static_cast<int32_t>(visible)});
+      }
+    }
+  }
+  // Split long KV ranges when there are too few tiles to keep every thread busy (flash-decoding),
+  // or always when the caller asks for a split size.
+  int64_t split = b.split_tokens;
+  if (split == 0 && static_cast<int64_t>(tiles.size()) < 2 * threads) {
+    int64_t longest = 0;
+    for (const Tile& t : tiles) longest = std::max<int64_t>(longest, t.kv_visible);
+    const int64_t want_pieces =
+        ceil_div(4 * threads, std::max<int64_t>(1, static_cast<int64_t>(tiles.size())));
+    split = std::max<int64_t>(512, ceil_div(longest, want_pieces));
+  }
+  if (split > 0) split = ceil_div(split, l.page_size) * l.page_size;
+
+  std::vector<cpu::AttnUnit> units;
+  struct Merge {
+    size_t tile;
+    size_t first_unit;
+    size_t count;
+  };
+  std::vector<Merge> merges;
+  std::vector<int64_t> partial_offset;  // per unit, -1 when it writes out directly
+  int64_t partial_floats = 0;
+  for (size_t ti = 0; ti < tiles.size(); ++ti) {
+    const Tile& t = tiles[ti];
+    const int64_t pieces = split > 0 ? std::max<int64_t>(1, ceil_div(t.kv_visible, split)) : 1;
+    if (pieces > 1) merges.push_back({ti, units.size(), static_cast<size_t>(pieces)});
+    for (int64_t p = 0; p < pieces; ++p) {
+      cpu::AttnUnit u;
+      u.seq = t.seq;
+      u.kv_head = t.kv_head;
+      u.row0 = t.row0;
+      u.nrows = t.nrows;
+      u.kv0 = static_cast<int32_t>(pieces > 1 ? p * split : 0);
+      u.kv1 =
+          static_cast<int32_t>(pieces > 1 ? std::min<int64_t>(t.kv_visible, (p + 1) * split) : t.kv_visible);
+      units.push_back(u);
+      partial_offset.push_back(pieces > 1 ? partial_floats : -1);
+      if (pieces > 1) partial_floats += t.nrows * (dim + 2);
+    }
+  }
+  std::vector<float> partials(static_cast<size_t>(partial_floats));
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (partial_offset[i] >= 0) units[i].partial = partials.data() + partial_offset[i];
+  }
+
+  const cpu::Kernels& kern = cpu::active_kernels();
+  cpu::AttnJob job{&cache, &b, q, out};
+  const int64_t scratch = cpu::attention_scratch_floats(dim);
+  cpu::pool().run(static_cast<int64_t>(units.size()), [&](int64_t i) {
+    std::vector<float>& s = thread_scratch(scratch);
+    kern.attention_unit(job, units[static_cast<size_t>(i)], s.data());
+  });
+
+  // Merge the partial softmax states of split tiles: m = max m_i, l = sum l_i e^(m_i - m),
+  // o = sum o_i e^(m_i - m) / l.
+  cpu::pool().run(static_cast<int64_t>(merges.size()), [&](int64_t mi) {
+    const Merge& m = merges[static_cast<size_t>(mi)];
+    const Tile& t = tiles[m.tile];
+    const int64_t q0 = b.q_start[t.seq];
+    for (int64_t r = 0; r < t.nrows; ++r) {
+      float mx = -INFINITY;
+      for (size_t i = 0; i < m.count; ++i)
+        mx = std::max(mx, units[m.first_unit + i].partial[r * (dim + 2) + dim]);
+      const int64_t row = t.row0 + r, token = row / group, hq = t.kv_head * group + row % group;
+      float* dst = out.at(q0 + token, hq);
+      std::fill(dst, dst + dim, 0.0f);
+      float total = 0.0f;
+      for (size_t i = 0; i < m.count; ++i) {
+        const float* p = units[m.first_unit + i].partial + r * (dim + 2);
+        if (p[dim + 1] == 0.0f) continue;  // the piece saw nothing of this row
+        const float w = std::exp(p[dim] - mx);
+        total += p[dim + 1] * w;
+        for (int64_t c = 0; c < dim; ++c) dst[c] += p[c] * w;
+      }
+      const float inv = 1.0f / total;
+      for (int64_t c = 0; c < dim; ++c) dst[c] *= inv;
+    }
+  });
+  return ok_status();
+}
+
+// ==== element-wise ================================================================================
+
+Status rmsnorm_cpu(View2<const float> x, const float* w, float eps, View2<float> y) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(x, x.rows, x.cols, "rmsnorm", "x"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(y, x.rows, x.cols, "rmsnorm", "y"));
+  if (w == nullptr && x.cols > 0) return invalid_argument("rmsnorm: weight is null");
+  if (!(eps >= 0.0f)) return invalid_argument("rmsnorm: eps must be >= 0");
+  const cpu::Kernels& k = cpu::active_kernels();
+  parallel_blocks(x.rows, block_size(x.rows, 4, 1),
+                  [&](int64_t r0, int64_t r1) { k.rmsnorm_rows(x, w, eps, y, r0, r1); });
+  return ok_status();
+}
+
+Status rope_cpu(const RopeConfig& c, const float* inv_freq, const int32_t* positions, View3<float> q,
+                View3<float> k) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_rope(c, q, k, "rope"));
+  if (q.dim0 > 0 && (inv_freq == nullptr || positions == nullptr)) {
+    return invalid_argument("rope: inv_freq or positions is null");
+  }
+  const int64_t half = c.rotary_dim / 2;
+  const bool split = c.style == RopeStyle::kHalfSplit;
+  parallel_blocks(q.dim0, block_size(q.dim0, 4, 1), [&](int64_t t0, int64_t t1) {
+    std::vector<float>& cs = thread_scratch(2 * half);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+        cs[i] = std::cos(angle);
+        cs[half + i] = std::sin(angle);
+      }
+      for (View3<float>* v : {&q, &k}) {
+        for (int64_t h = 0; h < v->dim1; ++h) {
+          float* x = v->at(t, h);
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = split ? i : 2 * i, bb = split ? i + half : 2 * i + 1;
+            const float xa = x[a], xb = x[bb];
+            x[a] = xa * cs[i] - xb * cs[half + i];
+            x[bb] = xb * cs[i] + xa * cs[half + i];
+          }
+        }
+      }
+    }
+  });
+  return ok_status();
+}
+
+Status silu_mul_cpu(View2<const float> gate, View2<const float> up, View2<float> out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(gate, gate.rows, gate.cols, "silu_mul", "gate"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(up, gate.rows, gate.cols, "silu_mul", "up"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(out, gate.rows, gate.cols, "silu_mul", "out"));
+  const cpu::Kernels& k = cpu::active_kernels();
+  parallel_blocks(gate.rows, block_size(gate.rows, 1, 1),
+                  [&](int64_t r0, int64_t r1) { k.silu_mul_rows(gate, up, out, r0, r1); });
+  return ok_status();
+}
+
+Status add_cpu(View2<const float> a, View2<const float> b, View2<float> out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(a, a.rows, a.cols, "add", "a"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(b, a.rows, a.cols, "add", "b"));
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(out, a.rows, a.cols, "add", "out"));
+  const cpu::Kernels& k = cpu::active_kernels();
+  parallel_blocks(a.rows, block_size(a.rows, 4, 1),
+                  [&](int64_t r0, int64_t r1) { k.add_rows(a, b, out, r0, r1); });
+  return ok_status();
+}
+
+Status bias_add_cpu(View2<float> y, const float* bias) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(y, y.rows, y.cols, "bias_add", "y"));
+  if (bias == nullptr && y.cols > 0) return invalid_argument("bias_add: bias is null");
+  const cpu::Kernels& k = cpu::active_kernels();
+  parallel_blocks(y.rows, block_size(y.rows, 4, 1),
+                  [&](int64_t r0, int64_t r1) { k.bias_add_rows(y, bias, r0, r1); });
+  return ok_status();
+}
+
+Status embedding_cpu(const MatrixSource& table, const int32_t* ids, int64_t tokens, View2<float> out) {
+  if (table.data == nullptr || table.rows < 1 || table.cols < 1 || table.row_stride < table.cols) {
+    return invalid_argument("embedding: the table is empty or its row stride is below its width");
+  }
+  INFERGATE_K_RETURN_IF_ERROR(validate_view2(out, tokens, table.cols, "embedding", "out"));
+  if (tokens > 0 && ids == nullptr) return invalid_argument("embedding: ids is null");
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (ids[t] < 0 || ids[t] >= table.rows) {
+      return out_of_range("embedding: token " + std::to_string(t) + " has id " + std::to_string(ids[t]) +
+                          ", outside the vocabulary of " + std::to_string(table.rows));
+    }
+  }
+  parallel_blocks(tokens, block_size(tokens, 1, 1), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* dst = out.row(t);
+      const int64_t base = int64_t{ids[t]} * table.row_stride;
+      switch (table.dtype) {
+        case SourceDtype::kF32:
+          std::copy_n(static_cast<const float*>(table.data) + base, table.cols, dst);
+          break;
+        case SourceDtype::kF16:
+          for (int64_t c = 0; c < table.cols; ++c)
+            dst[c] = fp16_to_float(static_cast<const uint16_t*>(table.data)[base + c]);
+          break;
+        case SourceDtype::kBF16:
+          for (int64_t c = 0; c < table.cols; ++c)
+            dst[c] = bf16_to_float(static_cast<const uint16_t*>(table.data)[base + c]);
+          break;
+      }
+    }
+  });
+  return ok_status();
+}
+
+}  // namespace infergate::kernels
