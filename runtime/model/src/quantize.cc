@@ -37,18 +37,6 @@ Error cancelled() {
   return Error(ErrorCode::kCancelled, "quantize: interrupted; no output was written", "Cancelled");
 }
 
-void to_f32(const uint8_t* in, DType t, uint64_t n, float* out) {
-  if (t == DType::kF32) {
-    std::memcpy(out, in, n * 4);
-    return;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    out[i] = t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-  }
-}
-
 // Runs fn(begin, end) over [0, n) split into `threads` contiguous parts.
 template <class Fn>
 void parallel_for(uint64_t n, int threads, Fn fn) {
@@ -73,6 +61,53 @@ struct ErrorStats {
   double max_rel() const { return max_abs > 0 ? max_abs_err / max_abs : 0; }
   double rms_rel() const { return sum_sq > 0 ? std::sqrt(sum_sq_err / sum_sq) : 0; }
 };
+
+// The error of one quantized row against its source, decoded with the kernels' per-element format
+// maths (formats.h), without a dequantized copy of the block. Each loop runs over one type, so it
+// vectorises.
+ErrorStats row_error(const uint8_t* src, DType dtype, uint64_t cols, const QuantScheme& scheme,
+                     const uint8_t* q, const uint8_t* scales, const uint8_t* zeros) {
+  thread_local std::vector<float> xs, ys;
+  xs.resize(cols);
+  ys.resize(cols);
+  if (dtype == DType::kF32) {
+    std::memcpy(xs.data(), src, cols * 4);
+  } else {
+    const auto* h = reinterpret_cast<const uint16_t*>(src);  // the block buffer is 2-byte aligned
+    if (dtype == DType::kBF16) {
+      for (uint64_t c = 0; c < cols; ++c) xs[c] = bf16_to_f32(h[c]);
+    } else {
+      for (uint64_t c = 0; c < cols; ++c) xs[c] = f16_to_f32(h[c]);
+    }
+  }
+  const kernels::WeightLayout l = kernel_layout(scheme, 1, static_cast<int64_t>(cols));
+  const bool int8 = scheme.format == WeightFormat::kInt8;
+  const uint64_t group = int8 ? cols : static_cast<uint64_t>(scheme.group_size);
+  for (uint64_t g0 = 0, gi = 0; g0 < cols; g0 += group, ++gi) {
+    uint16_t bits;
+    std::memcpy(&bits, scales + 2 * gi, 2);
+    const float d = kernels::scale_to_float(bits, l.scale_dtype);
+    const uint32_t z = zeros ? zeros[gi] : 8u;
+    const uint64_t g1 = std::min(cols, g0 + group);
+    if (int8) {
+      for (uint64_t c = g0; c < g1; ++c) ys[c] = kernels::dequantize_int8(static_cast<int8_t>(q[c]), d);
+    } else {
+      for (uint64_t c = g0; c < g1; ++c) {
+        ys[c] = kernels::dequantize_int4(kernels::int4_get(q, static_cast<int64_t>(c)), z, d);
+      }
+    }
+  }
+  float max_err = 0, max_abs = 0;
+  double sum_sq_err = 0, sum_sq = 0;
+  for (uint64_t c = 0; c < cols; ++c) {
+    const float e = std::fabs(xs[c] - ys[c]);
+    max_err = std::max(max_err, e);
+    max_abs = std::max(max_abs, std::fabs(xs[c]));
+    sum_sq_err += static_cast<double>(e) * e;
+    sum_sq += static_cast<double>(xs[c]) * xs[c];
+  }
+  return {max_err, max_abs, sum_sq_err, sum_sq};
+}
 
 uint64_t peak_rss_bytes() {
   struct rusage ru;
@@ -148,7 +183,6 @@ Status Quantizer::quantize_tensor(int fd, uint64_t data_offset, const TensorInfo
   const RowBytes one = row_bytes(1, cols, o_.scheme);
   const std::string qn = qweight_name(t.name), sn = scales_name(t.name), zn = zeros_name(t.name);
   std::vector<uint8_t> in;
-  std::vector<float> x, back;
   std::vector<uint8_t> q, sc, zs;
   std::vector<ErrorStats> row_stats;
   for (uint64_t r0 = 0; r0 < rows; r0 += block_rows) {
@@ -157,44 +191,30 @@ Status Quantizer::quantize_tensor(int fd, uint64_t data_offset, const TensorInfo
     in.resize(nr * row_in);
     INFERGATE_RETURN_IF_ERROR(
         read_exact_at(fd, in.data(), in.size(), data_offset + t.begin + r0 * row_in, t.name));
-    x.resize(nr * cols);
-    back.resize(nr * cols);
     q.resize(nr * one.qweight);
     sc.resize(nr * one.scales);
     zs.resize(nr * one.zeros);
     row_stats.assign(nr, ErrorStats{});
     // Rows are independent, and each row's statistics are combined below in row order, so the bytes
-    // and the numbers do not depend on the thread count.
+    // and the numbers do not depend on the thread count. The kernels' optimised quantizer
+    // parallelises inside; the reference is parallelised here, by rows.
     std::vector<Status> part_status(static_cast<size_t>(threads_) + 1);
     std::atomic<size_t> next_part{0};
-    // The kernels' optimised ops parallelise inside; the reference is parallelised here, by rows.
     parallel_for(nr, quantize_rows_is_parallel() ? 1 : threads_, [&](uint64_t a, uint64_t b) {
       Status& st = part_status[next_part++];
       st = quantize_rows(in.data() + a * row_in, t.dtype, b - a, cols, o_.scheme, q.data() + a * one.qweight,
                          sc.data() + a * one.scales, zs.data() + a * one.zeros);
-      if (!st.ok()) {
-        st = Error(std::move(st).error()).context("rows from " + std::to_string(r0 + a));
-        return;
-      }
-      st = dequantize_rows(q.data() + a * one.qweight, sc.data() + a * one.scales, zs.data() + a * one.zeros,
-                           b - a, cols, o_.scheme, back.data() + a * cols);
-      if (!st.ok()) return;
-      to_f32(in.data() + a * row_in, t.dtype, (b - a) * cols, x.data() + a * cols);
-      for (uint64_t r = a; r < b; ++r) {
-        ErrorStats& s = row_stats[r];
-        for (uint64_t c = 0; c < cols; ++c) {
-          double v = x[r * cols + c];
-          double e = std::fabs(v - static_cast<double>(back[r * cols + c]));
-          s.max_abs_err = std::max(s.max_abs_err, e);
-          s.max_abs = std::max(s.max_abs, std::fabs(v));
-          s.sum_sq_err += e * e;
-          s.sum_sq += v * v;
-        }
-      }
+      if (!st.ok()) st = Error(std::move(st).error()).context("rows from " + std::to_string(r0 + a));
     });
     for (Status& st : part_status) {
       if (!st.ok()) return Error(std::move(st).error()).context(t.name).with_detail("tensor", t.name);
     }
+    parallel_for(nr, threads_, [&](uint64_t a, uint64_t b) {
+      for (uint64_t r = a; r < b; ++r) {
+        row_stats[r] = row_error(in.data() + r * row_in, t.dtype, cols, o_.scheme, q.data() + r * one.qweight,
+                                 sc.data() + r * one.scales, one.zeros ? zs.data() + r * one.zeros : nullptr);
+      }
+    });
     for (const ErrorStats& s : row_stats) {
       stats->max_abs_err = std::max(stats->max_abs_err, s.max_abs_err);
       stats->max_abs = std::max(stats->max_abs, s.max_abs);
