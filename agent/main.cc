@@ -132,6 +132,13 @@ int main(int argc, char** argv) {
   CLI::App* exec_cmd =
       app.add_subcommand("exec", "verify DIR, then replace this process with COMMAND (after --)");
   add_verify_flags(exec_cmd, &exec_flags);
+  std::string codes = "\nExit codes and report reasons (docs/agent.md):\n";
+  for (const auto& r : all_reasons()) {
+    codes += "  " + std::to_string(r.exit_code) + "\t" + std::string(r.word) + ": " + std::string(r.meaning) +
+             "\n";
+  }
+  verify_cmd->footer(codes);
+  exec_cmd->footer(codes);
 
   std::vector<const char*> cargv;
   cargv.push_back(argv[0]);

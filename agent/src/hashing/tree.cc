@@ -30,6 +30,12 @@ std::string join(std::string_view dir, std::string_view name) {
   return p;
 }
 
+// O_NOFOLLOW|O_DIRECTORY on a symlink fails with ENOTDIR (not ELOOP): look at the entry itself.
+bool is_symlink_at(int dirfd, const char* name) {
+  struct stat st {};
+  return ::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
 Error special_file(std::string_view path, mode_t mode) {
   const char* kind = S_ISFIFO(mode)   ? "a FIFO"
                      : S_ISSOCK(mode) ? "a socket"
@@ -100,7 +106,15 @@ struct Walker {
       }
       if (!S_ISDIR(st.st_mode)) return special_file(path, st.st_mode);
       int sub = retry_openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0) return file_errno_error("open directory", path, errno);
+      if (sub < 0) {
+        int err = errno;
+        // Swapped for a link or a file since the stat above.
+        if (err == ENOTDIR || err == ELOOP) {
+          return refusal(Reason::kFileChanged, path + " was replaced while the tree was walked")
+              .with_detail("file", path);
+        }
+        return file_errno_error("open directory", path, err);
+      }
       UniqueFd guard(sub);
       struct stat again {};
       if (::fstat(sub, &again) != 0) return file_errno_error("stat", path, errno);
@@ -124,7 +138,7 @@ Result<ArtifactRoot> ArtifactRoot::open(const fs::path& dir) {
   int fd = retry_openat(AT_FDCWD, p.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    if (err == ELOOP) {
+    if (err == ELOOP || (err == ENOTDIR && is_symlink_at(AT_FDCWD, p.c_str()))) {
       return refusal(Reason::kSymlink, p + " is a symbolic link; give the directory it points to")
           .with_detail("file", p);
     }
@@ -190,6 +204,7 @@ Result<UniqueFd> open_beneath(int root_fd, std::string_view path, int flags) {
       int err = errno;
       std::string shown(last ? path : path.substr(0, slash));
       if (!last && err == ENOTDIR) {
+        if (is_symlink_at(at, comp.c_str())) return file_errno_error("open", shown, ELOOP);
         return refusal(Reason::kMissingFile, shown + " is not a directory")
             .with_detail("file", std::string(path));
       }
