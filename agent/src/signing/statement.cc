@@ -45,7 +45,11 @@ Result<WallTime> time_field(const Json& obj, std::string_view key, std::string_v
   INFERGATE_ASSIGN_OR_RETURN(std::string text, string_field(obj, key, path));
   auto t = parse_rfc3339(text);
   if (!t.ok()) return invalid(json_path(path, key) + ": " + t.error().message());
-  return *t;
+  // Statements carry whole seconds (that is what we write); a fraction from another signer is
+  // dropped, so that the times compared are the times written back. No release predates 1970.
+  WallTime secs = std::chrono::floor<std::chrono::seconds>(*t);
+  if (secs < WallTime()) return invalid(json_path(path, key) + " is before 1970");
+  return secs;
 }
 
 }  // namespace
