@@ -1,6 +1,7 @@
 // Subcommand bodies: run the library, report, and turn the outcome into an exit code.
 #include "infergate/agent/commands.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -63,6 +64,20 @@ void emit(const VerifyCommand& c, const std::string& line, bool to_stdout) {
   }
 }
 
+// No report of an earlier run may survive this one: if this run dies, or cannot write its own
+// report, a stale "Verified" must not be read as its outcome. The termination log is emptied (the
+// kubelet then falls back to the container's log), the report file removed.
+void clear_outputs(const VerifyCommand& c) {
+  if (c.report && ::unlink(c.report->c_str()) != 0 && errno != ENOENT) {
+    log::warn("cannot remove an earlier report",
+              {{"path", c.report->string()}, {"error", std::strerror(errno)}});
+  }
+  if (c.termination_log) {
+    int fd = ::open(c.termination_log->c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 // Verification with progress; returns the verified release or the refusal, already reported.
 Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout) {
   Status outputs = check_outputs(c);
@@ -73,6 +88,7 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
     emit(safe, refusal_report(outputs.error()), to_stdout);
     return std::move(outputs).error();
   }
+  clear_outputs(c);
   Progress progress("verifying", c.progress);
   VerifyOptions options = c.verify;
   options.tree.bytes_hashed = progress.counter();

@@ -46,24 +46,24 @@ void Progress::stop() {
 void Progress::run() {
   using namespace std::chrono_literals;
   auto begin = std::chrono::steady_clock::now();
-  std::unique_lock lock(mu_);
-  if (cv_.wait_for(lock, 1s, [this] { return stopping_; })) return;
-  for (;;) {
+  auto print = [&](const char* end) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     double done = static_cast<double>(bytes_.load(std::memory_order_relaxed));
     double pct = total_ > 0 ? 100.0 * done / static_cast<double>(total_) : 100.0;
     std::string line = "\r" + label_ + " " + format_bytes(done) + " / " +
                        format_bytes(static_cast<double>(total_)) + "  " +
-                       std::to_string(static_cast<int>(pct)) + "%  " + format_bytes(done / secs) + "/s   ";
+                       std::to_string(static_cast<int>(pct)) + "%  " + format_bytes(done / secs) + "/s" + end;
     ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
     (void)ignored;
-    printed_ = true;
+  };
+  std::unique_lock lock(mu_);
+  // Short runs print nothing at all.
+  if (cv_.wait_for(lock, 1s, [this] { return stopping_; })) return;
+  for (;;) {
+    print("   ");
     if (cv_.wait_for(lock, 500ms, [this] { return stopping_; })) break;
   }
-  if (printed_) {
-    ssize_t ignored = ::write(STDERR_FILENO, "\n", 1);
-    (void)ignored;
-  }
+  print("   \n");  // the final count, and the line is left for the log that follows
 }
 
 }  // namespace infergate::agent

@@ -38,7 +38,6 @@ class Progress {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  bool printed_ = false;
   std::thread thread_;
 };
 
