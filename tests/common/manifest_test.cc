@@ -129,6 +129,16 @@ TEST(ManifestParse, RefusesUnsafePathsBeforeAnyFileIsTouched) {
   EXPECT_EQ(reason_of(kAbc + "  " + deep + "f\n"), "UnsafePath");
 }
 
+TEST(ManifestParse, RefusesNamesThatAreNotUtf8) {
+  // Names travel in JSON (signed sizes, reports): only Unicode text can.
+  for (std::string name : {"\xff", "a\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe6\x97"}) {
+    EXPECT_EQ(reason_of(kAbc + "  " + name + "\n"), "UnsafePath") << name;
+  }
+  for (std::string name : {"\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "\x7f"}) {
+    EXPECT_EQ(reason_of(kAbc + "  " + name + "\n"), "ok") << name;
+  }
+}
+
 TEST(ManifestParse, RefusesTheSamePathTwiceWithAnyDigest) {
   auto same = Manifest::parse(kAbc + "  a\n" + kAbc + "  a\n");
   ASSERT_FALSE(same.ok());
@@ -153,7 +163,7 @@ TEST(ManifestWrite, SortsByteWiseAndEscapesLikeCoreutils) {
 
 TEST(ManifestWrite, RoundTripsThroughTheParser) {
   auto d = *Sha256Digest::from_hex(kEmpty);
-  auto m = Manifest::from_entries({{"x\\y", d}, {"c\rr", d}, {"sp ace", d}, {"\xff\xfe", d}});
+  auto m = Manifest::from_entries({{"x\\y", d}, {"c\rr", d}, {"sp ace", d}, {"\xe6\x97\xa5", d}});
   ASSERT_TRUE(m.ok());
   auto again = Manifest::parse(m->to_text());
   ASSERT_TRUE(again.ok()) << again.error().to_string();

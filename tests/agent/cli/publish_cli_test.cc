@@ -81,6 +81,9 @@ TEST(ManifestCli, RefusesTreesItCouldNeverVerify) {
   fs::remove(w.dir / "fifo");
   write_file(w.dir, "sub/SHA256SUMS", "x");
   EXPECT_EQ(run_agent({"manifest", w.dir.string()}).exit_code, 31);
+  fs::remove(w.dir / "sub/SHA256SUMS");
+  write_file(w.dir, "latin1-caf\xe9", "a name that JSON cannot carry");
+  EXPECT_EQ(run_agent({"manifest", w.dir.string()}).exit_code, 24);
   Workspace empty;
   EXPECT_EQ(run_agent({"manifest", empty.dir.string()}).exit_code, 25);
 }

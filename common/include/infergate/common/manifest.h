@@ -44,7 +44,8 @@ struct ManifestEntry {
 //                      non-hex character, a NUL byte, one space instead of two), a name that is the
 //                      top-level SHA256SUMS or release.dsse.json
 //   UnsafePath         an absolute name, a "." or ".." component, an empty component ("a//b"), a
-//                      trailing "/", a name over kMaxManifestPathBytes or a component over 255 bytes
+//                      trailing "/", a name that is not UTF-8 (names travel in JSON), a name over
+//                      kMaxManifestPathBytes or a component over 255 bytes
 //   DuplicateEntry     the same path twice ("./a" and "a" are the same path), same digest or not
 //   ManifestTooLarge   more than kMaxManifestBytes of text (checked before anything else)
 // A name may start with one "./" (find prints names that way); it is not part of the path.
