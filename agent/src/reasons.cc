@@ -2,7 +2,7 @@
 #include "infergate/agent/reasons.h"
 
 #include <array>
-#include <cstring>
+#include <system_error>
 
 namespace infergate::agent {
 namespace {
@@ -93,6 +93,8 @@ Error refusal(Reason reason, std::string message) {
   return Error(code_for(reason), std::move(message), std::string(reason_word(reason)));
 }
 
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
 Error file_errno_error(std::string_view what, std::string_view file, int err) {
   Reason r = Reason::kIoError;
   switch (err) {
@@ -104,7 +106,7 @@ Error file_errno_error(std::string_view what, std::string_view file, int err) {
   }
   std::string msg(what);
   msg.append(" ").append(file).append(": ");
-  msg.append(err == ELOOP ? "is a symbolic link (never followed)" : std::strerror(err));
+  msg.append(err == ELOOP ? "is a symbolic link (never followed)" : errno_text(err));
   return refusal(r, std::move(msg)).with_detail("file", std::string(file));
 }
 

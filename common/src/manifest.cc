@@ -87,7 +87,7 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-Error unsafe_path(std::string_view name, std::string why) {
+Error unsafe_path(std::string_view name, const std::string& why) {
   // The name may hold control characters; keep the message printable and bounded.
   std::string shown;
   for (char c : name.substr(0, 200)) {

@@ -70,7 +70,7 @@ void emit(const VerifyCommand& c, const std::string& line, bool to_stdout) {
 void clear_outputs(const VerifyCommand& c) {
   if (c.report && ::unlink(c.report->c_str()) != 0 && errno != ENOENT) {
     log::warn("cannot remove an earlier report",
-              {{"path", c.report->string()}, {"error", std::strerror(errno)}});
+              {{"path", c.report->string()}, {"error", errno_text(errno)}});
   }
   if (c.termination_log) {
     int fd = ::open(c.termination_log->c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
@@ -192,7 +192,7 @@ int run_exec(const VerifyCommand& c, const std::vector<std::string>& argv) {
   args.push_back(nullptr);
   ::execvp(args[0], args.data());
   int err = errno;
-  Error e = refusal(Reason::kExecFailed, "verified, but cannot run " + argv[0] + ": " + std::strerror(err))
+  Error e = refusal(Reason::kExecFailed, "verified, but cannot run " + argv[0] + ": " + errno_text(err))
                 .with_detail("file", argv[0]);
   emit(c, refusal_report(e), false);
   return refuse("exec", e);

@@ -38,7 +38,7 @@ void install_sigbus_guard() {
   });
 }
 
-Error changed(const FileInfo& f, std::string why) {
+Error changed(const FileInfo& f, const std::string& why) {
   return refusal(Reason::kFileChanged, f.path + " changed while it was verified: " + why)
       .with_detail("file", f.path);
 }

@@ -143,7 +143,7 @@ Result<ArtifactRoot> ArtifactRoot::open(const fs::path& dir) {
           .with_detail("file", p);
     }
     if (err == EACCES || err == EPERM) return file_errno_error("open artifact directory", p, err);
-    std::string why = err == ENOTDIR ? "not a directory" : std::strerror(err);
+    std::string why = err == ENOTDIR ? "not a directory" : errno_text(err);
     return refusal(Reason::kArtifactDirInvalid, "artifact directory " + p + ": " + why)
         .with_detail("file", p);
   }

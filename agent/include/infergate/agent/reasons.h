@@ -66,6 +66,9 @@ Reason reason_of(const Error& error);
 // An Error carrying `reason`'s word (and a fitting ErrorCode).
 Error refusal(Reason reason, std::string message);
 
+// The text for an errno value; unlike strerror, safe to call from the hashing threads.
+std::string errno_text(int err);
+
 // An Error for a failed system call on a file of the artifact: ELOOP (met with O_NOFOLLOW) ->
 // Symlink, EACCES/EPERM -> PermissionDenied, ENOENT -> MissingFile, anything else -> IoError.
 // `file` becomes the "file" detail.
