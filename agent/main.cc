@@ -71,9 +71,7 @@ VerifyCommand to_verify_command(const VerifyFlags& f) {
   return c;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   // exec: everything after the first "--" is the command, untouched by flag parsing.
   std::vector<std::string> command;
@@ -188,4 +186,17 @@ int main(int argc, char** argv) {
   if (verify_cmd->parsed()) return run_verify(to_verify_command(verify_flags));
   if (exec_cmd->parsed()) return run_exec(to_verify_command(exec_flags), command);
   return report_usage_error("no subcommand", std::nullopt);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The library reports errors as values; only the standard library itself (an allocation) can
+  // throw here, and that is still a refusal with its reason, never an abort without one.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    infergate::log::error("internal error", {{"error", e.what()}});
+    return infergate::agent::exit_code(infergate::agent::Reason::kInternalError);
+  }
 }

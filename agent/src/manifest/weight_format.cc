@@ -19,7 +19,7 @@ namespace {
 constexpr size_t kMaxMetadataBytes = 1u << 20;
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
-Error metadata_invalid(std::string_view file, std::string why) {
+Error metadata_invalid(std::string_view file, const std::string& why) {
   return refusal(Reason::kMetadataInvalid, std::string(file) + ": " + why)
       .with_detail("file", std::string(file));
 }

@@ -9,7 +9,9 @@
 namespace infergate::agent {
 namespace {
 
-Error malformed(std::string why) { return refusal(Reason::kSignatureMalformed, "release.dsse.json: " + why); }
+Error malformed(const std::string& why) {
+  return refusal(Reason::kSignatureMalformed, "release.dsse.json: " + why);
+}
 
 constexpr size_t kMaxJsonDepth = 64;
 

@@ -13,7 +13,9 @@
 namespace infergate::agent {
 namespace {
 
-Error invalid(std::string why) { return refusal(Reason::kStatementInvalid, "release statement: " + why); }
+Error invalid(const std::string& why) {
+  return refusal(Reason::kStatementInvalid, "release statement: " + why);
+}
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

@@ -20,7 +20,7 @@ std::string Progress::format_bytes(double bytes) {
     ++u;
   }
   char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[u]);
+  (void)std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[u]);
   return buf;
 }
 
