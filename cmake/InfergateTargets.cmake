@@ -49,3 +49,61 @@ function(infergate_test name)
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
     PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
 endfunction()
+
+# ---- Fuzzing (libFuzzer) ----
+# -DINFERGATE_FUZZ=ON (clang only) compiles every target with libFuzzer's coverage instrumentation and
+# ASan + UBSan (UB aborts), so that a fuzzer sees inside our libraries, not just its own file.
+# scripts/fuzz.sh configures such a build in its own directory.
+set(INFERGATE_FUZZ_SECONDS 30 CACHE STRING "Seconds each fuzz target's CTest fuzzes (INFERGATE_FUZZ=ON)")
+if(INFERGATE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "INFERGATE_FUZZ=ON needs clang: configure with -DCMAKE_C_COMPILER=clang "
+                        "-DCMAKE_CXX_COMPILER=clang++ (scripts/fuzz.sh does)")
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=all>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# infergate_fuzz_target(<name> SOURCES ... [LIBS ...] CORPUS <dir> [DICT <file>] [SECONDS <n>])
+# The sources define `extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t)`.
+# With INFERGATE_FUZZ=ON: a libFuzzer binary <name> and a CTest <name> (label `fuzz`) that fuzzes for
+# SECONDS (default INFERGATE_FUZZ_SECONDS) starting from the checked-in corpus. New inputs go to a
+# scratch corpus in the build tree and crashes to <build>/.../<name>-crash-*: the source tree is never
+# written. Every fuzz target is also a dependency of the `infergate_fuzz` target.
+# Otherwise: the same sources linked with a replay main, and a CTest <name>_corpus (label `unit`)
+# that runs every corpus file once, so the corpus is a regression suite in every build.
+function(infergate_fuzz_target name)
+  cmake_parse_arguments(A "" "CORPUS;DICT;SECONDS" "SOURCES;LIBS" ${ARGN})
+  if(NOT A_CORPUS OR NOT A_SOURCES)
+    message(FATAL_ERROR "infergate_fuzz_target(${name}): SOURCES and CORPUS are required")
+  endif()
+  if(NOT A_SECONDS)
+    set(A_SECONDS ${INFERGATE_FUZZ_SECONDS})
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_LIBS})
+  infergate_defaults(${name})
+  if(INFERGATE_FUZZ)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    set(scratch ${CMAKE_CURRENT_BINARY_DIR}/${name}-corpus)
+    file(MAKE_DIRECTORY ${scratch})
+    set(args -max_total_time=${A_SECONDS} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+             -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/${name}-)
+    if(A_DICT)
+      list(APPEND args -dict=${A_DICT})
+    endif()
+    add_test(NAME ${name} COMMAND ${name} ${args} ${scratch} ${A_CORPUS})
+    math(EXPR limit "${A_SECONDS} + 120")
+    set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT ${limit})
+    if(NOT TARGET infergate_fuzz)
+      add_custom_target(infergate_fuzz)
+    endif()
+    add_dependencies(infergate_fuzz ${name})
+  else()
+    target_sources(${name} PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/fuzz_replay_main.cc)
+    add_test(NAME ${name}_corpus COMMAND ${name} ${A_CORPUS})
+    set_tests_properties(${name}_corpus PROPERTIES LABELS unit TIMEOUT 120)
+  endif()
+endfunction()

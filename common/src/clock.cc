@@ -118,6 +118,10 @@ Result<WallTime> parse_rfc3339(std::string_view s) {
   tm.tm_min = m;
   tm.tm_sec = sec;
   time_t t = timegm(&tm);
+  // system_clock counts nanoseconds in 64 bits (years 1678 to 2262): refuse a time it cannot hold
+  // instead of overflowing (found by fuzzing the release statement parser with "9999-...").
+  constexpr time_t kLimit = 9'000'000'000;  // seconds from 1970, about year 2255; room for the offset
+  if (t > kLimit || t < -kLimit) return bad();
   return std::chrono::system_clock::from_time_t(t) - std::chrono::minutes(offset_min) +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(frac);
 }

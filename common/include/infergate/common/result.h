@@ -198,10 +198,11 @@ inline Status ok_status() { return {}; }
 #define INFERGATE_CONCAT_INNER_(a, b) a##b
 #define INFERGATE_CONCAT_(a, b) INFERGATE_CONCAT_INNER_(a, b)
 
-// Returns the error of a Result/Status expression from the enclosing function.
+// Returns the error of a Result/Status expression from the enclosing function. The result is held by
+// value: `f().context("...")` returns a reference into f()'s temporary, which a reference would outlive.
 #define INFERGATE_RETURN_IF_ERROR(expr)                                       \
   do {                                                                        \
-    auto&& infergate_status_ = (expr);                                        \
+    auto infergate_status_ = (expr);                                          \
     if (!infergate_status_.ok()) return std::move(infergate_status_).error(); \
   } while (0)
 

@@ -1,0 +1,157 @@
+// One file's SHA-256 through a read-only mapping. A file truncated under the mapping raises SIGBUS on
+// the next page; a per-thread guard turns that into a FileChanged refusal instead of a crash.
+#include "infergate/agent/hashing/file_hasher.h"
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+#include <vector>
+
+namespace infergate::agent {
+namespace {
+
+// The guard: while a thread hashes a mapping, t_guard points at its jump buffer; a SIGBUS in that
+// thread jumps back. SIGBUS is synchronous (raised by the faulting access itself, inside SHA-256's
+// block function, which holds no locks), so leaving the handler by siglongjmp is safe here.
+thread_local sigjmp_buf* t_guard = nullptr;
+struct sigaction g_previous_sigbus {};
+
+void on_sigbus(int /*sig*/, siginfo_t* /*info*/, void* /*context*/) {
+  if (t_guard != nullptr) siglongjmp(*t_guard, 1);
+  // Not one of ours: put the previous disposition back; the faulting access repeats and meets it.
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);
+}
+
+void install_sigbus_guard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+}
+
+Error changed(const FileInfo& f, const std::string& why) {
+  return refusal(Reason::kFileChanged, f.path + " changed while it was verified: " + why)
+      .with_detail("file", f.path);
+}
+
+Error cancelled() { return Error(ErrorCode::kCancelled, "cancelled"); }
+
+bool is_cancelled(const HashOptions& o) {
+  return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed);
+}
+
+void account(const HashOptions& o, const FileInfo& f, uint64_t chunk, uint64_t done) {
+  if (o.bytes_hashed != nullptr) o.bytes_hashed->fetch_add(chunk, std::memory_order_relaxed);
+  if (o.after_chunk) o.after_chunk(f, done);
+}
+
+// 0: hashed; 1: the file shrank under the mapping (SIGBUS); 2: cancelled; 3: mmap failed (errno in
+// *err; the caller falls back to reads). Only plain data lives across sigsetjmp (no destructors to skip).
+int hash_mapped(int fd, const FileInfo& f, Sha256& h, const HashOptions& o, int* err) {
+  sigjmp_buf jump;
+  void* volatile window = nullptr;
+  volatile size_t window_len = 0;
+  if (sigsetjmp(jump, 1) != 0) {
+    t_guard = nullptr;
+    if (window != nullptr) ::munmap(window, window_len);
+    return 1;
+  }
+  uint64_t done = 0;
+  while (done < f.size) {
+    size_t len = static_cast<size_t>(std::min<uint64_t>(kHashWindowBytes, f.size - done));
+    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(done));
+    if (p == MAP_FAILED) {
+      *err = errno;
+      return done == 0 ? 3 : -*err;
+    }
+    window = p;
+    window_len = len;
+    ::madvise(p, len, MADV_SEQUENTIAL);
+    if (done + len < f.size) {
+      // Start reading the next window while this one is hashed (a no-op when it is cached).
+      ::posix_fadvise(fd, static_cast<off_t>(done + len),
+                      static_cast<off_t>(std::min<uint64_t>(kHashWindowBytes, f.size - done - len)),
+                      POSIX_FADV_WILLNEED);
+    }
+    for (size_t off = 0; off < len;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kHashChunkBytes, len - off));
+      t_guard = &jump;
+      h.update(static_cast<const char*>(p) + off, n);
+      t_guard = nullptr;
+      off += n;
+      done += n;
+      account(o, f, n, done);
+      if (is_cancelled(o)) {
+        ::munmap(p, len);
+        return 2;
+      }
+    }
+    window = nullptr;
+    ::munmap(p, len);
+  }
+  return 0;
+}
+
+// The fallback for files that cannot be mapped: large sequential reads into one buffer.
+Status hash_read(int fd, const FileInfo& f, Sha256& h, const HashOptions& o) {
+  std::vector<char> buf(kHashChunkBytes);
+  uint64_t done = 0;
+  while (done < f.size) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size - done));
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return file_errno_error("read", f.path, errno);
+    }
+    if (n == 0) return changed(f, "it ended early");
+    h.update(buf.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+    account(o, f, static_cast<uint64_t>(n), done);
+    if (is_cancelled(o)) return cancelled();
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOptions& options) {
+  install_sigbus_guard();
+  INFERGATE_ASSIGN_OR_RETURN(UniqueFd fd, open_beneath(root_fd, file.path));
+  struct stat before {};
+  if (::fstat(fd.get(), &before) != 0) return file_errno_error("stat", file.path, errno);
+  if (!S_ISREG(before.st_mode)) {
+    return refusal(Reason::kSpecialFile, file.path + " is no longer a regular file (never read)")
+        .with_detail("file", file.path);
+  }
+  if (!same_file_state(file, before)) return changed(file, "it is not the file the walk found");
+
+  Sha256 h;
+  int err = 0;
+  int rc = file.size == 0 ? 0 : hash_mapped(fd.get(), file, h, options, &err);
+  if (rc == 1) return changed(file, "it shrank while it was hashed");
+  if (rc == 2) return cancelled();
+  if (rc < 0) return file_errno_error("map", file.path, -rc);
+  if (rc == 3) {
+    // Not mappable (some network and FUSE file systems): read it instead.
+    h.reset();
+    INFERGATE_RETURN_IF_ERROR(hash_read(fd.get(), file, h, options));
+  }
+  // Whatever was read must still be the whole file, unchanged: a file that grew, or was rewritten in
+  // place while we read it, has a new size, mtime or ctime.
+  struct stat after {};
+  if (::fstat(fd.get(), &after) != 0) return file_errno_error("stat", file.path, errno);
+  if (!same_file_state(before, after)) return changed(file, "its size or times changed while it was hashed");
+  if (h.size() != file.size) return changed(file, "fewer bytes were read than its size");
+  return h.finish();
+}
+
+}  // namespace infergate::agent

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers that read untrusted bytes (SHA256SUMS; DSSE envelopes and release statements)
+# with libFuzzer + ASan + UBSan: configures a clang build in build-fuzz/, builds only the fuzz targets,
+# and runs each for a bounded time over its checked-in corpus (tests/agent/fuzz/corpus/), two at a
+# time. New inputs and crash reproducers stay in build-fuzz/; the source tree is never written.
+# Usage: scripts/fuzz.sh [seconds per target, default 60]
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+seconds=${1:-60}
+jobs=$(nproc)
+
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: clang++ is missing; run scripts/install-deps.sh" >&2
+  exit 1
+fi
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DINFERGATE_FUZZ=ON -DINFERGATE_FUZZ_SECONDS="$seconds" \
+  -DINFERGATE_CUDA=OFF -DINFERGATE_BUILD_BENCH=OFF >/dev/null
+cmake --build build-fuzz --target infergate_fuzz -j"$jobs"
+ctest --test-dir build-fuzz -L fuzz -j"$jobs" --output-on-failure
