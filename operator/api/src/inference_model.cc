@@ -562,6 +562,11 @@ std::vector<FieldError> validate_spec(const Json& spec, InferenceModelSpec* out)
   read_resources(r, spec, &s.resources);
   read_rollout(r, spec, &s.rollout);
   read_scheduling(r, spec, &s.scheduling);
+  if (!s.rollout.canary.surge && s.rollout.canary.replicas >= s.replicas && errors.empty()) {
+    r.fail("spec.rollout.canary.replicas",
+           "with canary.surge false the canary takes its pods from stable: canary.replicas must be less than "
+           "replicas");
+  }
   if (s.engine.kind != EngineKind::kBundled && s.engine.image.empty() && errors.empty()) {
     r.fail("spec.engine.image", "required for engine kind " + std::string(to_string(s.engine.kind)) +
                                     " (infergate ships no default image for third-party engines)");
