@@ -76,6 +76,20 @@ Result<std::vector<Object>> InformerCache::list_objects(const client::ResourceKi
   return out;
 }
 
+Result<std::vector<Object>> InformerCache::list_indexed(const client::ResourceKind& kind, std::string_view ns,
+                                                        const std::string& index, const std::string& value,
+                                                        std::string_view label_selector) {
+  Informer* inf = informer(kind);
+  if (!inf) return failed_precondition("no informer caches " + kind.resource());
+  if (!inf->store().has_index(index)) return list_objects(kind, ns, label_selector);
+  INFERGATE_ASSIGN_OR_RETURN(LabelSelector sel, LabelSelector::parse(label_selector));
+  std::vector<Object> out;
+  for (auto& o : inf->store().by_index(index, value)) {
+    if ((ns.empty() || client::object_namespace(*o) == ns) && sel.matches(*o)) out.push_back(std::move(o));
+  }
+  return out;
+}
+
 Result<client::ObjectList> InformerCache::list(const client::ResourceKind& kind, std::string_view ns,
                                                const client::ListOptions& options) {
   if (!options.field_selector.empty()) return unimplemented("the cache does not evaluate field selectors");

@@ -66,6 +66,11 @@ std::vector<Object> Store::by_index(const std::string& index, const std::string&
   return out;
 }
 
+bool Store::has_index(const std::string& index) const {
+  std::shared_lock lock(mu_);
+  return index_fns_.count(index) > 0;
+}
+
 size_t Store::size() const {
   std::shared_lock lock(mu_);
   return objects_.size();

@@ -75,7 +75,7 @@ Result<ObjectList> list_all(Reader& reader, const ResourceKind& kind, std::strin
     if (pages > 1'000'000)
       return internal_error("list " + kind.resource() + ": the server never stopped paging");
     auto page = reader.list(kind, ns, options);
-    if (!page.ok()) return std::move(page).error().context("list " + kind.resource());
+    if (!page.ok()) return std::move(page).error();
     if (first) {
       all.resource_version = page->resource_version;
       first = false;

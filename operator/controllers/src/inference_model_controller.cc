@@ -67,7 +67,7 @@ Status InferenceModelReconciler::execute(const platform::ModelRef& ref, const Pl
 Result<Plan> InferenceModelReconciler::plan(const Json& object) {
   INFERGATE_ASSIGN_OR_RETURN(ModelInput in, read_model(object));
   INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(in));
-  PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout()};
+  PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
   return plan_steady_state(in, ob, ctx);
 }
 
@@ -87,7 +87,7 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
     }
     if (in->meta.deletion_timestamp) return reconcile::Action::await_change();
     INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(*in));
-    PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout()};
+    PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
     Plan p = plan_steady_state(*in, ob, ctx);
     const platform::ModelRef ref = model_ref(in->meta);
     if (Status done = execute(ref, p); !done.ok()) {

@@ -196,7 +196,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
                 "exist in namespace " +
                 in.meta.namespace_ + "; nothing is deployed until it does",
             ctx);
-    plan.next = reconcile::Action::requeue_after(kTrustRecheck);
+    plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
     return finish();
   }
   const api::PodConfig pc = api::pod_config(spec);

@@ -109,6 +109,12 @@ std::string selector_string(const std::map<std::string, std::string>& labels) {
 
 api::Layout kubernetes_layout() { return api::Layout{}; }
 
+std::vector<std::string> model_index_values(const Json& object) {
+  std::string model = client::object_label(object, api::labels::kModel);
+  if (model.empty()) return {};
+  return {client::object_namespace(object) + "/" + model};
+}
+
 Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   const std::string hash = spec.template_hash();
   std::map<std::string, std::string> selector = {
@@ -313,7 +319,8 @@ Result<WorkloadState> KubernetesPlatform::observe_workload(const ModelRef& model
   std::vector<cache::Object> pods;
   if (!match.empty()) {
     INFERGATE_ASSIGN_OR_RETURN(
-        pods, cache_.list_objects(client::kinds::pod(), model.namespace_, selector_string(match)));
+        pods, cache_.list_indexed(client::kinds::pod(), model.namespace_, std::string(kModelIndex),
+                                  model.key(), selector_string(match)));
   }
   std::vector<const Json*> ptrs;
   for (const auto& p : pods) ptrs.push_back(p.get());
@@ -332,9 +339,9 @@ Result<EndpointState> KubernetesPlatform::observe_endpoint(const ModelRef& model
 }
 
 Result<std::vector<std::string>> KubernetesPlatform::list_workloads(const ModelRef& model) {
-  INFERGATE_ASSIGN_OR_RETURN(auto ds,
-                             cache_.list_objects(client::kinds::deployment(), model.namespace_,
-                                                 std::string(api::labels::kModel) + "=" + model.name));
+  INFERGATE_ASSIGN_OR_RETURN(
+      auto ds, cache_.list_indexed(client::kinds::deployment(), model.namespace_, std::string(kModelIndex),
+                                   model.key(), std::string(api::labels::kModel) + "=" + model.name));
   std::vector<std::string> names;
   for (const auto& d : ds) names.push_back(client::object_name(*d));
   std::sort(names.begin(), names.end());
@@ -383,7 +390,9 @@ Status KubernetesPlatform::cleanup(const ModelRef& model) {
   // and only if no live InferenceModel of that name owns them.
   std::string selector = std::string(api::labels::kModel) + "=" + model.name;
   for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service()}) {
-    INFERGATE_ASSIGN_OR_RETURN(auto objs, cache_.list_objects(*kind, model.namespace_, selector));
+    INFERGATE_ASSIGN_OR_RETURN(
+        auto objs,
+        cache_.list_indexed(*kind, model.namespace_, std::string(kModelIndex), model.key(), selector));
     for (const auto& o : objs) {
       if (member(*o, "metadata").contains("deletionTimestamp")) continue;
       client::DeleteOptions opts;

@@ -169,3 +169,24 @@ TEST(InformerCache, AnswersReadsFromTheStores) {
 
 }  // namespace
 }  // namespace infergate::op::cache
+
+namespace infergate::op::cache {
+namespace {
+
+TEST(Informer, StopsPromptlyWhileWatching) {
+  infergate::testing::FakeApiServerOptions o;
+  o.bookmark_interval = std::chrono::seconds(30);  // a quiet stream: nothing would wake the reader
+  auto s = op::testing::start_server(o);
+  auto c = op::testing::client_for(*s);
+  InformerConfig cfg;
+  Informer inf(*c, client::kinds::deployment(), cfg, SystemClock::instance());
+  inf.start();
+  ASSERT_TRUE(op::testing::eventually([&] { return inf.has_synced() && s->open_watches() == 1; }));
+  auto start = std::chrono::steady_clock::now();
+  inf.stop();
+  // Generous for a loaded machine; the failure this guards against is a 30 s wait for the next bookmark.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace infergate::op::cache

@@ -36,6 +36,11 @@ class InformerCache final : public client::Reader {
   // Cached objects of a kind in a namespace whose labels match (no copies).
   Result<std::vector<Object>> list_objects(const client::ResourceKind& kind, std::string_view ns,
                                            std::string_view label_selector);
+  // Cached objects of a kind under one value of a store index (see Store::add_index), filtered by
+  // the label selector; falls back to a namespace scan when the informer has no such index.
+  Result<std::vector<Object>> list_indexed(const client::ResourceKind& kind, std::string_view ns,
+                                           const std::string& index, const std::string& value,
+                                           std::string_view label_selector);
 
  private:
   client::Client& client_;

@@ -28,6 +28,7 @@ class Store {
   std::vector<Object> list() const;
   std::vector<Object> list_namespace(const std::string& ns) const;
   std::vector<Object> by_index(const std::string& index, const std::string& value) const;
+  bool has_index(const std::string& index) const;
   size_t size() const;
 
   // Writer side. Each returns the previous version (null if none).

@@ -21,6 +21,7 @@ namespace infergate::op::controllers {
 struct ControllerOptions {
   api::Images images;
   int max_conflict_retries = 3;
+  std::chrono::nanoseconds trust_recheck = kTrustRecheck;
 };
 
 class InferenceModelReconciler final : public reconcile::Reconciler {

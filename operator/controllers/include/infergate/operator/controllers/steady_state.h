@@ -25,6 +25,7 @@ struct PlanContext {
   WallTime now{};
   api::Images images;
   api::Layout layout;
+  std::chrono::nanoseconds trust_recheck = kTrustRecheck;
 };
 
 // What the platform reported for one model.

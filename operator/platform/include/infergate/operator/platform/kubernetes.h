@@ -22,6 +22,10 @@ namespace infergate::op::platform {
 
 inline constexpr std::string_view kFieldManager = "infergate-operator";
 
+// The store index the cache keeps for owned kinds: "<namespace>/<model label>".
+inline constexpr std::string_view kModelIndex = "model";
+std::vector<std::string> model_index_values(const Json& object);
+
 // The pod's fixed layout: where the artifact, the keys and the verdict are.
 api::Layout kubernetes_layout();
 
