@@ -83,8 +83,9 @@ class OperatorFixture : public ::testing::Test {
     server_ = start_server(std::move(o));
     ASSERT_TRUE(server_);
     install_crd(*server_);
-    ASSERT_EQ(server_->create("/api/v1/namespaces",
-                              {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}})
+    ASSERT_EQ(server_
+                  ->create("/api/v1/namespaces",
+                           {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}})
                   .status,
               201);
     if (secret) {
@@ -131,11 +132,13 @@ class OperatorFixture : public ::testing::Test {
   Json get_model(const std::string& name) { return server_->get(kModels + "/" + name).body; }
 
   bool wait_condition(const std::string& name, const std::string& type, const std::string& status,
-                      const std::string& reason = "", std::chrono::milliseconds limit = std::chrono::seconds(15)) {
+                      const std::string& reason = "",
+                      std::chrono::milliseconds limit = std::chrono::seconds(15)) {
     return eventually(
         [&] {
           Json c = condition_of(get_model(name), type);
-          return c.is_object() && c.value("status", "") == status && (reason.empty() || c.value("reason", "") == reason);
+          return c.is_object() && c.value("status", "") == status &&
+                 (reason.empty() || c.value("reason", "") == reason);
         },
         limit);
   }
@@ -145,7 +148,8 @@ class OperatorFixture : public ::testing::Test {
     if (app_) app_->events().flush();
     std::vector<Json> out;
     for (const auto& e : server_->list(kEvents)) {
-      if (e["involvedObject"].value("name", "") == name && (reason.empty() || e.value("reason", "") == reason)) {
+      if (e["involvedObject"].value("name", "") == name &&
+          (reason.empty() || e.value("reason", "") == reason)) {
         out.push_back(e);
       }
     }

@@ -15,7 +15,8 @@ class Reconcile : public OperatorFixture {};
 TEST_F(Reconcile, CreatesADeploymentAndServiceOwnedByTheModel) {
   start_operator();
   Json created = server_->create(kModels, model_json("glm")).body;
-  ASSERT_TRUE(eventually([&] { return server_->get(kDeploys + "/glm").ok() && server_->get(kServices + "/glm").ok(); }));
+  ASSERT_TRUE(eventually(
+      [&] { return server_->get(kDeploys + "/glm").ok() && server_->get(kServices + "/glm").ok(); }));
   for (const std::string& path : {kDeploys + "/glm", kServices + "/glm"}) {
     Json obj = server_->get(path).body;
     ASSERT_EQ(obj["metadata"]["ownerReferences"].size(), 1u) << path;
@@ -49,13 +50,16 @@ TEST_F(Reconcile, ReconcilingAnUnchangedModelAHundredTimesWritesNothing) {
   start_operator();
   server_->create(kModels, model_json("glm"));
   ASSERT_TRUE(wait_condition("glm", "Ready", "True"));
-  ASSERT_TRUE(eventually([&] { return app_->manager().ready() && get_model("glm")["status"].contains("stable"); }));
+  ASSERT_TRUE(
+      eventually([&] { return app_->manager().ready() && get_model("glm")["status"].contains("stable"); }));
   // Let the last reactions to our own writes settle (no operator write for 300 ms), then count.
-  ASSERT_TRUE(eventually([&] {
-    size_t mark = server_->request_count();
-    std::this_thread::sleep_for(300ms);
-    return operator_writes_since(mark) == 0;
-  }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        size_t mark = server_->request_count();
+        std::this_thread::sleep_for(300ms);
+        return operator_writes_since(mark) == 0;
+      },
+      10s));
   app_->events().flush();
   size_t before = server_->request_count();
   for (int i = 0; i < 100; ++i) {
@@ -67,7 +71,8 @@ TEST_F(Reconcile, ReconcilingAnUnchangedModelAHundredTimesWritesNothing) {
     std::string out;
     auto reqs = server_->requests();
     for (size_t i = before; i < reqs.size(); ++i) {
-      if (reqs[i].method != "GET") out += reqs[i].method + " " + reqs[i].path + " " + reqs[i].user_agent + "\n";
+      if (reqs[i].method != "GET")
+        out += reqs[i].method + " " + reqs[i].path + " " + reqs[i].user_agent + "\n";
     }
     return out;
   }();
@@ -102,7 +107,8 @@ TEST_F(Reconcile, DeletingTheModelRemovesWhatItOwned) {
   boot(o);
   start_operator();
   server_->create(kModels, model_json("glm"));
-  ASSERT_TRUE(eventually([&] { return server_->get(kDeploys + "/glm").ok() && server_->get(kServices + "/glm").ok(); }));
+  ASSERT_TRUE(eventually(
+      [&] { return server_->get(kDeploys + "/glm").ok() && server_->get(kServices + "/glm").ok(); }));
   ASSERT_EQ(server_->remove(kModels + "/glm").status, 200);
   ASSERT_TRUE(eventually([&] {
     return server_->get(kDeploys + "/glm").status == 404 && server_->get(kServices + "/glm").status == 404;
@@ -112,7 +118,8 @@ TEST_F(Reconcile, DeletingTheModelRemovesWhatItOwned) {
 TEST_F(Reconcile, AStatusConflictIsReReadAndRetriedWithoutLosingUpdates) {
   start_operator();
   // The first status write loses a race; a label another client writes meanwhile must survive.
-  server_->add_fault(Fault{"PUT", "/inferencemodels/glm/status", "", Fault::Watch::kNever, Fault::Kind::kStatus, 409, -1, {}, 1});
+  server_->add_fault(Fault{
+      "PUT", "/inferencemodels/glm/status", "", Fault::Watch::kNever, Fault::Kind::kStatus, 409, -1, {}, 1});
   server_->create(kModels, model_json("glm"));
   ASSERT_TRUE(eventually([&] { return get_model("glm").contains("status"); }));
   Json m = get_model("glm");
@@ -128,16 +135,18 @@ TEST_F(Reconcile, ABrokenWatchLosesNoEvent) {
   start_operator();
   server_->create(kModels, model_json("a"));
   server_->create(kModels, model_json("b"));
-  ASSERT_TRUE(eventually([&] { return server_->get(kDeploys + "/a").ok() && server_->get(kDeploys + "/b").ok(); }));
+  ASSERT_TRUE(
+      eventually([&] { return server_->get(kDeploys + "/a").ok() && server_->get(kDeploys + "/b").ok(); }));
   // While every watch is down and the history is gone: b is deleted and c is created.
-  server_->add_fault(Fault{"GET", "watch=true", "infergate-operator", Fault::Watch::kOnly, Fault::Kind::kStatus, 503, -1, {}, 6});
+  server_->add_fault(Fault{
+      "GET", "watch=true", "infergate-operator", Fault::Watch::kOnly, Fault::Kind::kStatus, 503, -1, {}, 6});
   server_->drop_watches();
   server_->remove(kModels + "/b");
   server_->create(kModels, model_json("c"));
   server_->compact();
-  ASSERT_TRUE(eventually([&] {
-    return server_->get(kDeploys + "/c").ok() && server_->get(kDeploys + "/b").status == 404;
-  }, 20s));
+  ASSERT_TRUE(eventually(
+      [&] { return server_->get(kDeploys + "/c").ok() && server_->get(kDeploys + "/b").status == 404; },
+      20s));
   EXPECT_TRUE(server_->get(kDeploys + "/a").ok());
 }
 
@@ -183,7 +192,8 @@ TEST_F(Reconcile, AVerificationFailureIsShownWithReasonAndFile) {
   server_->create(kModels, model_json("glm"));
   ASSERT_TRUE(wait_condition("glm", "Verified", "False", "DigestMismatch"));
   Json v = condition_of(get_model("glm"), "Verified");
-  EXPECT_NE(v["message"].get<std::string>().find("model-00002-of-00004.safetensors"), std::string::npos) << v.dump();
+  EXPECT_NE(v["message"].get<std::string>().find("model-00002-of-00004.safetensors"), std::string::npos)
+      << v.dump();
   ASSERT_TRUE(eventually([&] { return !events_for("glm", "DigestMismatch").empty(); }));
   auto evs = events_for("glm", "DigestMismatch");
   EXPECT_EQ(evs[0]["type"], "Warning");
@@ -203,16 +213,19 @@ TEST_F(Reconcile, ApiErrorsAreRetriedWithoutFlappingConditions) {
   // The API server fails every request of the operator (but its watches) for a while, and the model
   // is touched meanwhile, so reconciles run into the outage.
   size_t mark = server_->request_count();
-  server_->add_fault(Fault{"", "", "infergate-operator", Fault::Watch::kNever, Fault::Kind::kStatus, 500, -1, {}, 12});
+  server_->add_fault(
+      Fault{"", "", "infergate-operator", Fault::Watch::kNever, Fault::Kind::kStatus, 500, -1, {}, 12});
   Json m = get_model("glm");
   m["metadata"]["labels"]["touched"] = "yes";
   ASSERT_EQ(server_->update(kModels + "/glm", m).status, 200);
-  ASSERT_TRUE(eventually([&] {
-    auto reqs = server_->requests();
-    size_t failed = 0;
-    for (size_t i = mark; i < reqs.size(); ++i) failed += reqs[i].status == 500;
-    return failed >= 12;
-  }, 20s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto reqs = server_->requests();
+        size_t failed = 0;
+        for (size_t i = mark; i < reqs.size(); ++i) failed += reqs[i].status == 500;
+        return failed >= 12;
+      },
+      20s));
   // Recovered: the conditions never flipped (no write while the server was failing changed them).
   ASSERT_TRUE(wait_condition("glm", "Ready", "True"));
   Json after = condition_of(get_model("glm"), "Ready");
@@ -238,10 +251,11 @@ TEST_F(Reconcile, ServesProbesAndMetrics) {
   EXPECT_EQ(http_get(hp, "/nope").first, 404);
   auto [code, body] = http_get(mp, "/metrics");
   EXPECT_EQ(code, 200);
-  for (const char* name : {"infergate_operator_reconcile_total", "infergate_operator_reconcile_duration_seconds_bucket",
-                           "infergate_operator_workqueue_depth", "infergate_operator_workqueue_queue_duration_seconds",
-                           "infergate_operator_api_requests_total", "infergate_operator_informer_relists_total",
-                           "infergate_operator_leader 1"}) {
+  for (const char* name :
+       {"infergate_operator_reconcile_total", "infergate_operator_reconcile_duration_seconds_bucket",
+        "infergate_operator_workqueue_depth", "infergate_operator_workqueue_queue_duration_seconds",
+        "infergate_operator_api_requests_total", "infergate_operator_informer_relists_total",
+        "infergate_operator_leader 1"}) {
     EXPECT_NE(body.find(name), std::string::npos) << name;
   }
 }

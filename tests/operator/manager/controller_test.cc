@@ -86,7 +86,8 @@ TEST(Controller, WorkersDrainTheQueueAndStopCleanly) {
   ASSERT_TRUE(op::testing::eventually([&] { return c.reconciles() == 50; }));
   c.stop();
   std::string text = metrics.scrape();
-  EXPECT_NE(text.find("infergate_operator_reconcile_total{controller=\"test\",result=\"success\"} 50"), std::string::npos)
+  EXPECT_NE(text.find("infergate_operator_reconcile_total{controller=\"test\",result=\"success\"} 50"),
+            std::string::npos)
       << text;
 }
 

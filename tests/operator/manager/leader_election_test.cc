@@ -9,8 +9,8 @@ namespace infergate::op::manager {
 namespace {
 
 using namespace std::chrono_literals;
-using op::testing::start_server;
 using infergate::testing::Fault;
+using op::testing::start_server;
 
 LeaderElectionConfig cfg(const std::string& id) {
   LeaderElectionConfig c;
@@ -42,7 +42,8 @@ TEST(LeaderElection, OnlyOneCandidateLeads) {
   EXPECT_TRUE(*a.try_acquire_or_renew());  // renewals keep the record moving
   clock.advance(14s);
   EXPECT_FALSE(*b.try_acquire_or_renew());  // b saw the record change 14 s ago: still held
-  Json lease = s->get("/apis/coordination.k8s.io/v1/namespaces/default/leases/infergate-operator-leader").body;
+  Json lease =
+      s->get("/apis/coordination.k8s.io/v1/namespaces/default/leases/infergate-operator-leader").body;
   EXPECT_EQ(lease["spec"]["holderIdentity"], "a");
   EXPECT_EQ(lease["spec"]["leaseDurationSeconds"], 15);
 }
@@ -60,12 +61,13 @@ TEST(LeaderElection, ACutOffLeaderStopsWithinTheRenewDeadlineAndAnotherTakesOver
   EXPECT_FALSE(a.try_acquire_or_renew().ok());
   EXPECT_TRUE(a.is_leader());  // within the renew deadline
   clock.advance(1s);
-  EXPECT_FALSE(a.is_leader());  // 10 s without a renewal: fenced off, by its own clock
+  EXPECT_FALSE(a.is_leader());              // 10 s without a renewal: fenced off, by its own clock
   EXPECT_FALSE(*b.try_acquire_or_renew());  // but the lease has not run out for b yet
   clock.advance(5s);
   EXPECT_TRUE(*b.try_acquire_or_renew());  // 15 s after b last saw it move
   EXPECT_TRUE(b.is_leader());
-  Json lease = s->get("/apis/coordination.k8s.io/v1/namespaces/default/leases/infergate-operator-leader").body;
+  Json lease =
+      s->get("/apis/coordination.k8s.io/v1/namespaces/default/leases/infergate-operator-leader").body;
   EXPECT_EQ(lease["spec"]["holderIdentity"], "b");
   EXPECT_EQ(lease["spec"]["leaseTransitions"], 1);
 }
@@ -78,7 +80,10 @@ TEST(LeaderElection, RunLoopLosesLeadershipWhenRenewalsFail) {
   workqueue::StopSignal stop;
   std::atomic<int> started{0}, stopped{0};
   std::atomic<bool> clean{true};
-  std::thread t([&] { clean = a.run(stop, [&] { ++started; }, [&] { ++stopped; }); });
+  std::thread t([&] {
+    clean = a.run(
+        stop, [&] { ++started; }, [&] { ++stopped; });
+  });
   ASSERT_TRUE(op::testing::eventually([&] { return started == 1; }));
   s->add_fault(Fault{"", "/leases", "a", Fault::Watch::kAny, Fault::Kind::kStatus, 500, -1, {}, -1});
   for (int i = 0; i < 8 && stopped == 0; ++i) {
@@ -98,7 +103,10 @@ TEST(LeaderElection, ACleanStopReleasesTheLeaseForAFastHandOver) {
   LeaderElector a(*ca, cfg("a"), clock), b(*cb, cfg("b"), clock);
   workqueue::StopSignal stop;
   std::atomic<int> started{0};
-  std::thread t([&] { a.run(stop, [&] { ++started; }, [] {}); });
+  std::thread t([&] {
+    a.run(
+        stop, [&] { ++started; }, [] {});
+  });
   ASSERT_TRUE(op::testing::eventually([&] { return started == 1; }));
   ASSERT_FALSE(*b.try_acquire_or_renew());
   stop.stop();
