@@ -39,6 +39,21 @@ std::string model_label_key(const Json& obj) {
   return ns.empty() ? model : ns + "/" + model;
 }
 
+// True when an update changed nothing but status (and the bookkeeping that comes with any write).
+// A resync (same resourceVersion) is not such an update: it always reconciles.
+bool only_status_changed(const Json& a, const Json& b) {
+  if (client::object_resource_version(a) == client::object_resource_version(b)) return false;
+  auto strip = [](Json o) {
+    o.erase("status");
+    if (auto m = o.find("metadata"); m != o.end() && m->is_object()) {
+      m->erase("resourceVersion");
+      m->erase("managedFields");
+    }
+    return o;
+  };
+  return strip(a) == strip(b);
+}
+
 cache::EventHandler enqueue_by(manager::Controller& c, std::function<std::string(const Json&)> key_of) {
   auto add = [&c, key_of](const Json& o) {
     std::string k = key_of(o);
@@ -168,7 +183,7 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   }
 
   client::Client& writes = m.write_client();
-  app->platform_ = std::make_unique<platform::KubernetesPlatform>(writes, m.cache());
+  app->platform_ = std::make_unique<platform::KubernetesPlatform>(writes, m.cache(), clock);
   app->models_ = std::make_unique<platform::KubernetesModelStore>(writes, m.cache());
   app->events_ = std::make_unique<platform::KubernetesEventRecorder>(writes, clock, app->identity_);
   app->capacity_ = std::make_unique<controllers::NoCapacityCheck>();
@@ -182,7 +197,15 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   ctl.workers = options.workers;
   manager::Controller& controller = m.add_controller(*app->reconciler_, ctl);
 
-  models.add_handler(enqueue_by(controller, [](const Json& o) { return client::object_key(o); }));
+  // Our own status writes come back as updates: they need no reconcile (status is derived from the
+  // spec and the world, both of which are watched). Anything else, and every resync, does.
+  models.add_handler(
+      cache::EventHandler{[&controller](const Json& o) { controller.enqueue(client::object_key(o)); },
+                          [&controller](const Json& old_obj, const Json& new_obj) {
+                            if (!only_status_changed(old_obj, new_obj))
+                              controller.enqueue(client::object_key(new_obj));
+                          },
+                          [&controller](const Json& o) { controller.enqueue(client::object_key(o)); }});
   for (cache::Informer* inf : {&deployments, &services, &jobs})
     inf->add_handler(enqueue_by(controller, owner_key));
   pods.add_handler(enqueue_by(controller, model_label_key));

@@ -87,7 +87,9 @@ Error transport_error(const std::exception& e, std::string_view what) {
   return Error(ErrorCode::kUnavailable, std::string(what) + ": " + e.what(), "ConnectionFailed");
 }
 
-// One open watch: the response body read line by line as chunks arrive.
+constexpr size_t kMaxWatchLine = 16u << 20;
+
+// One open watch: the response body read as chunks arrive and split into lines.
 class RestWatchStream final : public WatchStream {
  public:
   RestWatchStream(std::unique_ptr<http_client> client, pplx::cancellation_token_source cts,
@@ -111,28 +113,46 @@ class RestWatchStream final : public WatchStream {
     for (;;) {
       if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
       std::string line;
-      try {
-        concurrency::streams::container_buffer<std::string> buf;
-        size_t n = body_.read_line(buf).get();
-        line = std::move(buf.collection());
-        if (n == 0 && line.empty()) {
-          if (body_.is_eof()) {
-            // A clean end (terminating chunk) or a cut connection both look like EOF here; the
-            // response's completion tells them apart.
-            try {
-              response_.content_ready().get();
-            } catch (const std::exception& e) {
-              if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
-              return transport_error(e, what_ + ": stream broke");
+      size_t nl = pending_.find('\n');
+      if (nl == std::string::npos) {
+        // Read what has arrived in bulk: cpprestsdk's read_line costs a task per character.
+        try {
+          auto sb = body_.streambuf();
+          size_t avail = sb.in_avail();
+          if (avail == 0) {
+            auto c = sb.bumpc().get();  // waits for one byte, the end, or an error
+            if (c == std::char_traits<char>::eof()) {
+              // A clean end (terminating chunk) or a cut connection both look like EOF here; the
+              // response's completion tells them apart.
+              try {
+                response_.content_ready().get();
+              } catch (const std::exception& e) {
+                if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
+                return transport_error(e, what_ + ": stream broke");
+              }
+              return std::optional<WatchEvent>();
             }
-            return std::optional<WatchEvent>();
+            pending_.push_back(static_cast<char>(c));
+            avail = sb.in_avail();
           }
-          continue;  // a blank line
+          if (avail > 0) {
+            size_t old = pending_.size();
+            pending_.resize(old + avail);
+            size_t n = sb.getn(reinterpret_cast<uint8_t*>(pending_.data() + old), avail).get();
+            pending_.resize(old + n);
+          }
+        } catch (const std::exception& e) {
+          if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
+          return transport_error(e, what_ + ": stream broke");
         }
-      } catch (const std::exception& e) {
-        if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
-        return transport_error(e, what_ + ": stream broke");
+        if (pending_.size() > kMaxWatchLine) {
+          return Error(ErrorCode::kDataLoss, what_ + ": a watch event longer than 16 MiB",
+                       "MalformedWatchEvent");
+        }
+        continue;
       }
+      line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
       while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
       if (line.empty()) continue;
       auto j = parse_json(line, "watch event");
@@ -175,6 +195,7 @@ class RestWatchStream final : public WatchStream {
   http::http_response response_;
   concurrency::streams::istream body_;
   std::string what_;
+  std::string pending_;  // received bytes not yet returned as events
   std::atomic<bool> cancelled_{false};
 };
 

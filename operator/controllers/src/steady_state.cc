@@ -1,6 +1,8 @@
 // The steady-state plan: desired workload and endpoint, conditions, events. Pure.
 #include "infergate/operator/controllers/steady_state.h"
 
+#include <algorithm>
+
 #include "infergate/operator/api/conditions.h"
 
 namespace infergate::op::controllers {
@@ -42,7 +44,9 @@ void condition_events(const api::InferenceModelStatus& before, Plan& plan) {
   }
   if (const auto* r = transitioned(before, after, cond::kReady)) {
     const auto* prev = api::find_condition(before.conditions, cond::kReady);
-    if (r->status == cond::kTrue) {
+    bool rolled_out = std::any_of(plan.events.begin(), plan.events.end(),
+                                  [](const EventRecord& e) { return e.reason == "RolledOut"; });
+    if (r->status == cond::kTrue && !rolled_out) {  // "RolledOut ... is serving" already says it
       plan.events.push_back({EventRecord::Type::kNormal, "Ready", r->message});
     } else if (r->status == cond::kFalse &&
                (!quiet_reason(r->reason) || (prev && prev->status == cond::kTrue))) {

@@ -305,8 +305,9 @@ WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods
   return w;
 }
 
-KubernetesPlatform::KubernetesPlatform(client::Client& client, cache::InformerCache& cache)
-    : client_(client), cache_(cache) {}
+KubernetesPlatform::KubernetesPlatform(client::Client& client, cache::InformerCache& cache, Clock& clock,
+                                       std::chrono::nanoseconds trust_ttl)
+    : client_(client), cache_(cache), clock_(clock), trust_ttl_(trust_ttl) {}
 
 Result<WorkloadState> KubernetesPlatform::observe_workload(const ModelRef& model,
                                                            const std::string& workload) {
@@ -349,8 +350,21 @@ Result<std::vector<std::string>> KubernetesPlatform::list_workloads(const ModelR
 }
 
 Result<TrustState> KubernetesPlatform::check_trust(const ModelRef& model, const api::TrustSpec& trust) {
+  const std::string key = model.namespace_ + "/" + trust.public_key_secret;
+  const MonoTime now = clock_.mono_now();
+  {
+    std::lock_guard lock(trust_mu_);
+    auto it = trust_seen_.find(key);
+    if (it != trust_seen_.end() && now - it->second < trust_ttl_) return TrustState::kPresent;
+  }
   auto s = client_.get(client::kinds::secret(), model.namespace_, trust.public_key_secret, {true});
-  if (s.ok()) return TrustState::kPresent;
+  std::lock_guard lock(trust_mu_);
+  if (s.ok()) {
+    if (trust_seen_.size() > 65536) trust_seen_.clear();
+    trust_seen_[key] = now;
+    return TrustState::kPresent;
+  }
+  trust_seen_.erase(key);
   if (client::is_not_found(s.error())) return TrustState::kMissing;
   return std::move(s).error().context("checking the trust key Secret");
 }
@@ -406,11 +420,24 @@ Status KubernetesPlatform::cleanup(const ModelRef& model) {
 
 Result<std::optional<Json>> KubernetesModelStore::get(const std::string& ns, const std::string& name) {
   cache::Object o = cache_.get_object(client::kinds::inference_model(), ns, name);
+  const std::string key = ns + "/" + name;
+  std::lock_guard lock(mu_);
+  auto it = written_.find(key);
+  if (it != written_.end()) {
+    if (o && client::object_resource_version(*o) == it->second.base_resource_version) {
+      return std::optional<Json>(it->second.object);  // the cache has not seen our write yet
+    }
+    written_.erase(it);  // caught up (or changed by someone else): the cache is the truth again
+  }
   if (!o) return std::optional<Json>();
   return std::optional<Json>(*o);
 }
 
 Result<std::optional<Json>> KubernetesModelStore::get_fresh(const std::string& ns, const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    written_.erase(ns + "/" + name);
+  }
   auto o = client_.get(client::kinds::inference_model(), ns, name);
   if (o.ok()) return std::optional<Json>(std::move(*o));
   if (client::is_not_found(o.error())) return std::optional<Json>();
@@ -420,7 +447,18 @@ Result<std::optional<Json>> KubernetesModelStore::get_fresh(const std::string& n
 Result<Json> KubernetesModelStore::write_status(const Json& base, const Json& status) {
   Json obj = base;
   obj["status"] = status;
-  return client_.update_status(client::kinds::inference_model(), obj);
+  auto written = client_.update_status(client::kinds::inference_model(), obj);
+  if (!written.ok()) return written;
+  cache::Object cached = cache_.get_object(client::kinds::inference_model(), client::object_namespace(base),
+                                           client::object_name(base));
+  std::lock_guard lock(mu_);
+  if (cached && client::object_resource_version(*cached) != client::object_resource_version(*written)) {
+    Json stored = *written;
+    cache::strip_managed_fields(stored);
+    if (written_.size() > 65536) written_.clear();
+    written_[client::object_key(base)] = Written{client::object_resource_version(*cached), std::move(stored)};
+  }
+  return written;
 }
 
 KubernetesEventRecorder::KubernetesEventRecorder(client::Writer& writer, Clock& clock, std::string instance)

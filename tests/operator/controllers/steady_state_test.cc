@@ -125,8 +125,20 @@ TEST(SteadyState, ARolledOutVerifiedModelIsStableReadyAndVerified) {
   ASSERT_EQ(p.status.history.size(), 1u);
   EXPECT_EQ(p.status.history[0].outcome, "Deployed");
   EXPECT_TRUE(has_event(p, "Verified"));
-  EXPECT_TRUE(has_event(p, "Ready"));
   EXPECT_TRUE(has_event(p, "RolledOut"));
+  EXPECT_FALSE(has_event(p, "Ready"));  // one event per moment: RolledOut says it is serving
+}
+
+TEST(SteadyState, RecoveredReadinessWithoutARolloutIsAnEvent) {
+  ModelInput in = input();
+  in.status = plan_steady_state(in, serving(in), ctx()).status;
+  Plan down = plan_steady_state(in, serving(in, 0), ctx(t0() + 1min));
+  EXPECT_EQ(condition(down, "Ready").status, "False");
+  EXPECT_TRUE(has_event(down, "WaitingForReplicas"));  // it was serving: losing that is news
+  in.status = down.status;
+  Plan up = plan_steady_state(in, serving(in), ctx(t0() + 2min));
+  EXPECT_TRUE(has_event(up, "Ready"));
+  EXPECT_FALSE(has_event(up, "RolledOut"));
 }
 
 TEST(SteadyState, AnUnchangedWorldPlansNothingAndKeepsTheStatus) {

@@ -41,8 +41,13 @@ WorkloadState workload_state(const Json& deployment, const std::vector<const Jso
 
 class KubernetesPlatform final : public Platform {
  public:
-  // The cache must hold Deployments, Services and Pods (the manager sets that up).
-  KubernetesPlatform(client::Client& client, cache::InformerCache& cache);
+  // The cache must hold Deployments, Services and Pods (the manager sets that up). Secrets are not
+  // watched (no Secret reads beyond a metadata GET of the one named); a Secret found present is
+  // trusted to exist for `trust_ttl` before it is looked up again, a missing one is looked up on
+  // every check.
+  KubernetesPlatform(client::Client& client, cache::InformerCache& cache,
+                     Clock& clock = SystemClock::instance(),
+                     std::chrono::nanoseconds trust_ttl = std::chrono::seconds(60));
 
   std::string_view name() const override { return "kubernetes"; }
   api::Layout layout() const override { return kubernetes_layout(); }
@@ -60,9 +65,16 @@ class KubernetesPlatform final : public Platform {
  private:
   client::Client& client_;
   cache::InformerCache& cache_;
+  Clock& clock_;
+  std::chrono::nanoseconds trust_ttl_;
+  std::mutex trust_mu_;
+  std::unordered_map<std::string, MonoTime> trust_seen_;  // "ns/secret" -> when it was last found
 };
 
-// InferenceModels from the cache; status through the status subresource.
+// InferenceModels from the cache; status through the status subresource. Reads see our own writes:
+// until the cache catches up with a status we wrote, get() returns the object the server answered
+// the write with (as long as the cache still shows the version we wrote over), which saves a 409 and
+// a re-read for every reconcile that runs in between.
 class KubernetesModelStore final : public ModelStore {
  public:
   KubernetesModelStore(client::Client& client, cache::InformerCache& cache)
@@ -72,8 +84,14 @@ class KubernetesModelStore final : public ModelStore {
   Result<Json> write_status(const Json& base, const Json& status) override;
 
  private:
+  struct Written {
+    std::string base_resource_version;  // what the cache held when we wrote
+    Json object;                        // what the server stored
+  };
   client::Client& client_;
   cache::InformerCache& cache_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Written> written_;
 };
 
 // core/v1 Events about InferenceModels, written by a background thread. Repeats of the same event
