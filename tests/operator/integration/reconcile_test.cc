@@ -131,6 +131,26 @@ TEST_F(Reconcile, AStatusConflictIsReReadAndRetriedWithoutLosingUpdates) {
   EXPECT_EQ(now["status"]["observedGeneration"], 1);
 }
 
+TEST_F(Reconcile, ARestartedOperatorAdoptsWhatExistsInsteadOfDuplicatingIt) {
+  start_operator();
+  server_->create(kModels, model_json("glm"));
+  ASSERT_TRUE(wait_condition("glm", "Ready", "True"));
+  ASSERT_TRUE(eventually([&] { return get_model("glm")["status"].contains("stable"); }));
+  stop_operator();
+  const std::string uid = server_->get(kDeploys + "/glm").body["metadata"]["uid"];
+  // As if the operator had died after creating its workload but before writing any status.
+  Json m = get_model("glm");
+  m["status"] = Json::object();
+  ASSERT_EQ(server_->update_status(kModels + "/glm", m).status, 200);
+  size_t mark = server_->request_count();
+  start_operator();
+  ASSERT_TRUE(wait_condition("glm", "Ready", "True"));
+  ASSERT_TRUE(eventually([&] { return get_model("glm")["status"].contains("stable"); }));
+  EXPECT_EQ(server_->get(kDeploys + "/glm").body["metadata"]["uid"], uid);  // the same Deployment, adopted
+  EXPECT_EQ(operator_writes_since(mark, "/deployments"), 0u);               // not even re-applied
+  EXPECT_EQ(server_->list(kDeploys).size(), 1u);
+}
+
 TEST_F(Reconcile, ABrokenWatchLosesNoEvent) {
   start_operator();
   server_->create(kModels, model_json("a"));
