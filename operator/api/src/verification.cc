@@ -23,7 +23,7 @@ std::string str(const Json& j, const char* key, size_t cap = 1024) {
   return s;
 }
 
-VerificationReport garbled(int exit_code, std::string why) {
+VerificationReport garbled(int exit_code, const std::string& why) {
   VerificationReport r;
   r.reason = "VerificationFailed";
   r.exit_code = exit_code;

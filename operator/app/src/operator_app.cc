@@ -54,7 +54,8 @@ bool only_status_changed(const Json& a, const Json& b) {
   return strip(a) == strip(b);
 }
 
-cache::EventHandler enqueue_by(manager::Controller& c, std::function<std::string(const Json&)> key_of) {
+cache::EventHandler enqueue_by(manager::Controller& c,
+                               const std::function<std::string(const Json&)>& key_of) {
   auto add = [&c, key_of](const Json& o) {
     std::string k = key_of(o);
     if (!k.empty()) c.enqueue(k);
@@ -71,10 +72,11 @@ cache::EventHandler enqueue_by(manager::Controller& c, std::function<std::string
 
 std::string default_identity() {
   char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0 || host[0] == 0) std::snprintf(host, sizeof host, "operator");
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == 0)
+    (void)std::snprintf(host, sizeof host, "operator");
   std::random_device rd;
   char suffix[16];
-  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  (void)std::snprintf(suffix, sizeof suffix, "%08x", rd());
   return std::string(host) + "_" + suffix;
 }
 
@@ -262,7 +264,7 @@ int run_operator(const OperatorOptions& options) {
              {"leader_elect", options.leader_elect},
              {"workers", options.workers}});
   Status st = raw->run();
-  pthread_kill(waiter.native_handle(), SIGUSR1);  // release the waiter if no signal came
+  (void)pthread_kill(waiter.native_handle(), SIGUSR1);  // release the waiter if no signal came
   waiter.join();
   if (!st.ok()) {
     log::error("stopped", {{"error", st.error().to_string()}});

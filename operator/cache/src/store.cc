@@ -84,11 +84,11 @@ Object Store::upsert(Object obj) {
   if (it != objects_.end()) {
     old = it->second;
     index_locked(key, *old, false);
-    it->second = obj;
+    it->second = std::move(obj);
   } else {
-    objects_.emplace(key, obj);
+    it = objects_.emplace(key, std::move(obj)).first;
   }
-  index_locked(key, *obj, true);
+  index_locked(key, *it->second, true);
   return old;
 }
 

@@ -185,8 +185,8 @@ Result<RestConfig> default_config(const std::filesystem::path& kubeconfig_flag, 
     first = first.substr(0, first.find(':'));  // the first file of a list
     return load_kubeconfig(first, context);
   }
-  if (const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-      host && *host) {  // NOLINT(concurrency-mt-unsafe)
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");  // NOLINT(concurrency-mt-unsafe)
+  if (host && *host) {
     return in_cluster_config();
   }
   const char* home = std::getenv("HOME");  // NOLINT(concurrency-mt-unsafe)

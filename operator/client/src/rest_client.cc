@@ -26,7 +26,7 @@ std::string url_encode(std::string_view s) {
       out += static_cast<char>(c);
     } else {
       char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      (void)std::snprintf(buf, sizeof buf, "%%%02X", c);
       out += buf;
     }
   }
@@ -306,12 +306,14 @@ Result<std::string> send(http_client& client, const RestConfig& config, const Re
       observer->on_request(verb, res.ok() ? res->status : 0, std::chrono::steady_clock::now() - start);
     }
     std::optional<Error> err;
+    std::string retry_after_header;
     if (!res.ok()) {
       err = std::move(res).error();
     } else if (res->status >= 200 && res->status < 300) {
       return std::move(res->body);
     } else {
       err = api_error(res->status, res->body, r.what);
+      retry_after_header = res->retry_after;
     }
     if (!is_retryable(*err) || attempt >= retry.max_attempts) {
       if (attempt > 1) err->context("after " + std::to_string(attempt) + " attempts");
@@ -319,9 +321,9 @@ Result<std::string> send(http_client& client, const RestConfig& config, const Re
     }
     std::chrono::milliseconds delay;
     long retry_after = -1;
-    if (res.ok() && !res->retry_after.empty()) {
+    if (!retry_after_header.empty()) {
       char* end = nullptr;
-      retry_after = std::strtol(res->retry_after.c_str(), &end, 10);
+      retry_after = std::strtol(retry_after_header.c_str(), &end, 10);
       if (!end || *end || retry_after < 0) retry_after = -1;
     }
     if (retry_after >= 0) {

@@ -12,7 +12,7 @@ std::string format_micro_time(WallTime t) {
   if (us < 0) us += 1000000;
   std::string s = format_rfc3339(std::chrono::time_point_cast<std::chrono::seconds>(t));
   char frac[16];
-  std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
+  (void)std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
   return s.substr(0, s.size() - 1) + frac + "Z";
 }
 
