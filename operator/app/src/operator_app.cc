@@ -176,10 +176,16 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   owned_cfg.watcher.label_selector =
       std::string(api::labels::kManagedBy) + "=" + std::string(api::labels::kManagedByValue);
   owned_cfg.resync_period = std::chrono::seconds(0);  // the models' resync covers their children
-  cache::Informer& deployments = m.cache().add(client::kinds::deployment(), owned_cfg);
-  cache::Informer& services = m.cache().add(client::kinds::service(), owned_cfg);
-  cache::Informer& pods = m.cache().add(client::kinds::pod(), owned_cfg);
-  cache::Informer& jobs = m.cache().add(client::kinds::job(), owned_cfg);
+  auto trimmed = [&owned_cfg](std::function<void(Json&)> trim) {
+    cache::InformerConfig c = owned_cfg;
+    c.transform = std::move(trim);
+    return c;
+  };
+  cache::Informer& deployments =
+      m.cache().add(client::kinds::deployment(), trimmed(platform::trim_deployment));
+  cache::Informer& services = m.cache().add(client::kinds::service(), trimmed(platform::trim_owned));
+  cache::Informer& pods = m.cache().add(client::kinds::pod(), trimmed(platform::trim_pod));
+  cache::Informer& jobs = m.cache().add(client::kinds::job(), trimmed(platform::trim_owned));
   for (cache::Informer* inf : {&deployments, &services, &pods, &jobs}) {
     inf->store().add_index(std::string(platform::kModelIndex), platform::model_index_values);
   }
@@ -240,6 +246,9 @@ int run_operator(const OperatorOptions& options) {
   sigaddset(&signals, SIGUSR1);  // our own wake-up for the waiter at exit
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (Status st = client::configure_transport_threads(4); !st.ok()) {
+    log::warn("keeping the default HTTP thread pool", {{"error", st.error().to_string()}});
+  }
   auto config = client::default_config(options.kubeconfig, options.context);
   if (!config.ok()) {
     log::error("cannot configure the API client", {{"error", config.error().to_string()}});

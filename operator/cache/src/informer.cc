@@ -28,11 +28,11 @@ InformerStats Informer::stats() const {
   return stats_;
 }
 
-void Informer::apply(const WatcherEvent& ev) {
+void Informer::apply(WatcherEvent ev) {
   std::lock_guard dispatch(dispatch_mu_);
   switch (ev.type) {
     case WatcherEvent::Type::kApplied: {
-      Json obj = ev.objects.front();
+      Json obj = std::move(ev.objects.front());
       config_.transform(obj);
       auto now = std::make_shared<const Json>(std::move(obj));
       Object old = store_.upsert(now);
@@ -58,8 +58,8 @@ void Informer::apply(const WatcherEvent& ev) {
       std::vector<Object> next;
       next.reserve(ev.objects.size());
       std::vector<std::pair<Object, Object>> changes;  // (old, new); old null for adds
-      for (const auto& o : ev.objects) {
-        Json obj = o;
+      for (auto& o : ev.objects) {
+        Json obj = std::move(o);
         config_.transform(obj);
         auto now = std::make_shared<const Json>(std::move(obj));
         changes.emplace_back(store_.get(client::object_key(*now)), now);
@@ -103,7 +103,7 @@ Status Informer::step() {
       ++stats_.events;
       if ((*ev)->type == WatcherEvent::Type::kRestarted) ++stats_.relists;
     }
-    apply(**ev);
+    apply(std::move(**ev));
   } else if (before == Watcher::State::kInitListed && watcher_.state() == Watcher::State::kWatching) {
     std::lock_guard lock(stats_mu_);
     ++stats_.watch_restarts;  // a watch (re)opened

@@ -3,6 +3,17 @@
 
 namespace infergate::op::cache {
 
+namespace {
+
+// An event about one object, moved in (a braced list would copy it).
+WatcherEvent one(WatcherEvent::Type type, Json object) {
+  WatcherEvent ev{type, {}};
+  ev.objects.push_back(std::move(object));
+  return ev;
+}
+
+}  // namespace
+
 std::string_view to_string(Watcher::State s) {
   switch (s) {
     case Watcher::State::kEmpty: return "Empty";
@@ -113,11 +124,9 @@ Result<std::optional<WatcherEvent>> Watcher::step() {
       switch (e.type) {
         case client::WatchEventType::kAdded:
         case client::WatchEventType::kModified:
-          return std::optional<WatcherEvent>(
-              WatcherEvent{WatcherEvent::Type::kApplied, {std::move(e.object)}});
+          return std::optional<WatcherEvent>(one(WatcherEvent::Type::kApplied, std::move(e.object)));
         case client::WatchEventType::kDeleted:
-          return std::optional<WatcherEvent>(
-              WatcherEvent{WatcherEvent::Type::kDeleted, {std::move(e.object)}});
+          return std::optional<WatcherEvent>(one(WatcherEvent::Type::kDeleted, std::move(e.object)));
         default: return std::optional<WatcherEvent>();  // bookmark: only the version moved
       }
     }

@@ -8,6 +8,7 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
+#include <pplx/threadpool.h>
 #include <boost/asio/ssl.hpp>
 
 #include "infergate/common/log.h"
@@ -200,6 +201,16 @@ class RestWatchStream final : public WatchStream {
 };
 
 }  // namespace
+
+Status configure_transport_threads(size_t threads) {
+  try {
+    crossplat::threadpool::initialize_with_threads(threads);
+  } catch (const std::exception& e) {
+    return failed_precondition(std::string("the HTTP transport's thread pool is already running: ") +
+                               e.what());
+  }
+  return ok_status();
+}
 
 std::chrono::milliseconds backoff_delay(const RetryPolicy& p, int attempt, std::mt19937_64& rng) {
   double base = static_cast<double>(p.initial_backoff.count());

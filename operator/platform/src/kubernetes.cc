@@ -109,6 +109,55 @@ std::string selector_string(const std::map<std::string, std::string>& labels) {
 
 api::Layout kubernetes_layout() { return api::Layout{}; }
 
+namespace {
+
+void keep_only(Json& obj, std::initializer_list<const char*> keys) {
+  if (!obj.is_object()) return;
+  Json kept = Json::object();
+  for (const char* k : keys) {
+    auto it = obj.find(k);
+    if (it != obj.end()) kept[k] = std::move(*it);
+  }
+  obj = std::move(kept);
+}
+
+void trim_metadata(Json& obj) {
+  if (auto m = obj.find("metadata"); m != obj.end() && m->is_object()) {
+    keep_only(*m, {"name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+                   "ownerReferences", "deletionTimestamp", "finalizers", "creationTimestamp"});
+  }
+}
+
+}  // namespace
+
+void trim_deployment(Json& d) {
+  trim_metadata(d);
+  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector"});
+  keep_only(d, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
+void trim_pod(Json& p) {
+  trim_metadata(p);
+  if (auto spec = p.find("spec"); spec != p.end() && spec->is_object()) {
+    Json containers = Json::array();
+    if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
+      for (auto& c : *cs) {
+        if (c.is_object()) keep_only(c, {"name", "ports"});
+        containers.push_back(std::move(c));
+      }
+    }
+    *spec = Json{{"containers", std::move(containers)}};
+  }
+  keep_only(p, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
+void trim_owned(Json& o) {
+  trim_metadata(o);
+  if (auto spec = o.find("spec"); spec != o.end())
+    keep_only(*spec, {"selector", "ports", "type", "clusterIP"});
+  keep_only(o, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
 std::vector<std::string> model_index_values(const Json& object) {
   std::string model = client::object_label(object, api::labels::kModel);
   if (model.empty()) return {};

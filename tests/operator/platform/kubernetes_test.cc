@@ -187,3 +187,41 @@ TEST(WorkloadState, KnowsWhetherTheControllerCaughtUp) {
 
 }  // namespace
 }  // namespace infergate::op::platform
+
+namespace infergate::op::platform {
+namespace {
+
+TEST(CacheTrimming, KeepsWhatThePlatformReadsAndDropsTheRest) {
+  WorkloadSpec w = workload();
+  Json d = render_deployment(kModel, w);
+  d["metadata"]["generation"] = 2;
+  d["metadata"]["managedFields"] = Json::array({{{"manager", "x"}}});
+  d["status"] = {{"observedGeneration", 2}, {"readyReplicas", 2}, {"updatedReplicas", 2}};
+  WorkloadState before = workload_state(d, {});
+  size_t full = d.dump().size();
+  trim_deployment(d);
+  EXPECT_LT(d.dump().size(), full / 3);
+  EXPECT_FALSE(d["spec"].contains("template"));
+  EXPECT_FALSE(d["metadata"].contains("managedFields"));
+  WorkloadState after = workload_state(d, {});
+  EXPECT_EQ(after.template_hash, before.template_hash);
+  EXPECT_EQ(after.replicas, before.replicas);
+  EXPECT_EQ(after.ready_replicas, before.ready_replicas);
+  EXPECT_EQ(after.observed_current, before.observed_current);
+
+  Json pod = Json::parse(R"({"metadata": {"name": "p", "labels": {"serving.infergate.dev/revision": "r"}},
+    "spec": {"volumes": [{"name": "v"}], "containers": [{"name": "runtime", "image": "i", "args": ["a"],
+             "ports": [{"name": "http", "containerPort": 8000}]}]},
+    "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})");
+  PodState p1 = pod_state(pod);
+  trim_pod(pod);
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("args"));
+  PodState p2 = pod_state(pod);
+  EXPECT_EQ(p2.address, p1.address);
+  EXPECT_EQ(p2.ready, p1.ready);
+  EXPECT_EQ(p2.revision, p1.revision);
+}
+
+}  // namespace
+}  // namespace infergate::op::platform

@@ -66,7 +66,7 @@ class Informer {
  private:
   void run();
   void resync_loop();
-  void apply(const WatcherEvent& ev);
+  void apply(WatcherEvent ev);
 
   client::ResourceKind kind_;
   InformerConfig config_;

@@ -26,6 +26,12 @@ inline constexpr std::string_view kFieldManager = "infergate-operator";
 inline constexpr std::string_view kModelIndex = "model";
 std::vector<std::string> model_index_values(const Json& object);
 
+// What the informer cache keeps of the objects the platform reads; the rest (pod templates, pod specs,
+// managedFields) is dropped before storing, which is most of their size.
+void trim_deployment(Json& deployment);  // metadata, spec.replicas, spec.selector, status
+void trim_pod(Json& pod);                // metadata, status, each container's name and ports
+void trim_owned(Json& object);           // metadata, spec.selector and ports (Services), status (Jobs)
+
 // The pod's fixed layout: where the artifact, the keys and the verdict are.
 api::Layout kubernetes_layout();
 
