@@ -1,0 +1,243 @@
+// The InferenceModel resource (serving.infergate.dev/v1alpha1) as C++ types, with strict parsing
+// (defaults applied, every error naming its field path) and JSON for the status the operator writes.
+// Platform-neutral: the same types are read from the Kubernetes API or from a YAML file on disk.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infergate/common/clock.h"
+#include "infergate/common/json.h"
+#include "infergate/common/result.h"
+#include "infergate/operator/api/enums.h"
+
+namespace infergate::op::api {
+
+inline constexpr std::string_view kGroup = "serving.infergate.dev";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "serving.infergate.dev/v1alpha1";
+inline constexpr std::string_view kKind = "InferenceModel";
+inline constexpr std::string_view kPlural = "inferencemodels";
+// Names are DNS-1035 labels short enough that every derived name (Service "<name>-canary", labels)
+// stays within Kubernetes' 63-character limits.
+inline constexpr size_t kMaxNameLength = 48;
+
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  std::optional<WallTime> deletion_timestamp;
+};
+
+// Where the artifact volume comes from. Exactly one source; it is always mounted read-only.
+struct VolumeSource {
+  enum class Kind { kPersistentVolumeClaim, kNfs };
+  Kind kind = Kind::kPersistentVolumeClaim;
+  std::string claim_name;  // kPersistentVolumeClaim
+  std::string nfs_server;  // kNfs
+  std::string nfs_path;    // kNfs
+};
+
+struct TrustSpec {
+  std::string public_key_secret;       // a Secret whose keys are PEM public keys (mounted as a directory)
+  std::string expect_name;             // the model name the release statement must carry ("" = any)
+  std::optional<int64_t> min_version;  // refuse releases older than this (rollback attacks)
+};
+
+struct ArtifactSpec {
+  VolumeSource volume;
+  std::string path;  // relative to the volume root, canonical ("glm-4-9b/r3")
+  TrustSpec trust;
+};
+
+struct EngineSpec {
+  EngineKind kind = EngineKind::kBundled;
+  std::string image;              // "" = the operator's default for the bundled runtime
+  std::vector<std::string> args;  // extra arguments appended after the managed ones
+  std::string quantization;       // vllm/sglang: the method the artifact was exported with
+  std::string model_file;         // llamacpp: the .gguf file inside the artifact directory
+};
+
+// The four knobs that are rolled out separately (DESIGN.md): they define what is served.
+struct ServingConfig {
+  WeightFormat weight_format = WeightFormat::kFp16;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFp16;
+  int64_t max_context_length = 0;
+  int64_t max_concurrency = 8;
+  bool operator==(const ServingConfig&) const = default;
+};
+
+struct Resources {
+  std::map<std::string, std::string> requests;  // quantities as written ("16Gi", "1")
+  std::map<std::string, std::string> limits;
+  // GPUs asked for: the largest integer value of a "<vendor>/gpu" limit or request (0 if none).
+  int64_t gpus() const;
+  std::string gpu_resource_name() const;  // e.g. "nvidia.com/gpu"; "" when no GPU is requested
+};
+
+struct CanarySpec {
+  int32_t replicas = 1;
+  int64_t analysis_seconds = 600;
+  bool surge = true;  // false: take the canary's capacity from stable instead of adding pods
+};
+
+struct QualityGateSpec {
+  std::string suite = "default";
+  std::optional<double> min_top1_agreement;
+  std::optional<double> max_mean_kl;
+  std::optional<double> max_perplexity_increase;  // relative: 0.02 = +2 %
+  std::optional<double> min_retrieval_accuracy;
+  std::optional<double> min_format_following;
+  int64_t timeout_seconds = 1800;
+};
+
+struct PerformanceGateSpec {
+  std::optional<double> max_ttft_p95_ratio;  // canary / stable
+  std::optional<double> max_tpot_p95_ratio;
+  std::optional<double> max_error_rate;  // absolute, 0..1
+};
+
+struct RolloutSpec {
+  std::vector<StageName> stage_order{StageName::kWeights, StageName::kKvCache, StageName::kCapacity};
+  CanarySpec canary;
+  QualityGateSpec quality;
+  PerformanceGateSpec performance;
+  std::string prometheus_url;  // spec.rollout.analysis.prometheusURL; "" = scrape pods directly
+  bool auto_rollback = true;
+};
+
+struct SchedulingSpec {
+  std::map<std::string, std::string> node_selector;
+  Json tolerations = Json::array();  // passed through to the pod as written
+  std::string runtime_class_name;
+};
+
+struct InferenceModelSpec {
+  int32_t replicas = 1;
+  ArtifactSpec artifact;
+  EngineSpec engine;
+  ServingConfig serving;
+  Resources resources;
+  RolloutSpec rollout;
+  SchedulingSpec scheduling;
+};
+
+// metav1.Condition: lastTransitionTime changes only when status flips.
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;  // CamelCase
+  std::string message;
+  int64_t observed_generation = 0;
+  WallTime last_transition_time{};
+  bool operator==(const Condition&) const = default;
+};
+
+// A configuration that is served (stable) or being tried (canary).
+struct ReleaseConfig {
+  ServingConfig serving;
+  EngineKind engine = EngineKind::kBundled;
+  std::string artifact_path;
+  std::string release_digest;  // "sha256:..." as reported by the agent; "" until a pod verified it
+  std::optional<int64_t> release_version;
+  std::string revision;  // hash of everything that defines the pods (names::revision)
+  std::string summary;   // "int8/int8 ctx=32768 x16": what `kubectl get im` shows
+  bool operator==(const ReleaseConfig&) const = default;
+};
+
+struct CanaryStatus {
+  ReleaseConfig config;
+  std::string workload;
+  int32_t replicas = 0;
+  int32_t ready_replicas = 0;
+  bool operator==(const CanaryStatus&) const = default;
+};
+
+struct GateResult {
+  std::string gate;     // "verification", "quality", "performance"
+  std::string outcome;  // "Pending", "Passed", "Failed", "Inconclusive"
+  std::string message;
+  std::map<std::string, double> measurements;
+  std::map<std::string, double> thresholds;
+  WallTime at{};
+  bool operator==(const GateResult&) const = default;
+};
+
+struct StageStatus {
+  std::string name;      // a StageName spelling
+  std::string revision;  // the canary configuration's revision
+  std::string phase;     // "Deploying", "Verifying", "Analyzing", "Promoting", "RollingBack"
+  WallTime started_at{};
+  std::vector<GateResult> gate_results;
+  bool operator==(const StageStatus&) const = default;
+};
+
+struct HistoryEntry {
+  std::string stage;
+  std::string revision;
+  std::string outcome;  // "Promoted", "RolledBack", "Superseded", "Aborted", "Deployed"
+  std::string reason;
+  std::string message;
+  WallTime at{};
+  bool operator==(const HistoryEntry&) const = default;
+};
+
+inline constexpr size_t kMaxHistory = 20;
+
+struct InferenceModelStatus {
+  int64_t observed_generation = 0;
+  std::optional<ReleaseConfig> stable;
+  std::optional<CanaryStatus> canary;
+  std::optional<StageStatus> stage;
+  std::vector<Condition> conditions;
+  std::vector<HistoryEntry> history;          // newest last, at most kMaxHistory
+  std::vector<std::string> failed_revisions;  // not retried until the spec changes
+  int32_t replicas = 0;
+  int32_t ready_replicas = 0;
+  bool operator==(const InferenceModelStatus&) const = default;
+};
+
+struct InferenceModel {
+  ObjectMeta meta;
+  InferenceModelSpec spec;
+  InferenceModelStatus status;
+  // The key the work queue and logs use: "namespace/name" ("name" when there is no namespace).
+  std::string key() const;
+};
+
+// One field error: the path ("spec.serving.kvCacheDtype"), what is wrong, and a reason word.
+struct FieldError {
+  std::string path;
+  std::string message;
+  std::string reason = "InvalidSpec";
+};
+
+// Parses metadata only (name, namespace, uid, resourceVersion, generation, labels, annotations).
+Result<ObjectMeta> parse_object_meta(const Json& obj);
+
+// Parses and validates an InferenceModel object (apiVersion, kind, metadata, spec, status). Spec
+// defaults are applied here as well as by the API server, so files read from disk behave the same.
+// On failure the error's message lists every field error and its reason is that of the first one.
+// A malformed status is not an error: it is replaced by an empty one (the operator rewrites it).
+Result<InferenceModel> parse_inference_model(const Json& obj);
+
+// The same validation, collecting every problem with the spec (for tests and for status messages).
+std::vector<FieldError> validate_spec(const Json& spec, InferenceModelSpec* out);
+
+Json status_to_json(const InferenceModelStatus& status);
+Result<InferenceModelStatus> parse_status(const Json& status);
+
+// "int8/int8 ctx=32768 x16"
+std::string summarize(const ServingConfig& serving);
+
+// The condition of this type, or nullptr.
+const Condition* find_condition(const std::vector<Condition>& conditions, std::string_view type);
+
+}  // namespace infergate::op::api

@@ -1,0 +1,59 @@
+// Deterministic names, labels and revisions for what the operator creates. Deterministic names are
+// what make restarts safe: an operator killed after creating a workload adopts it by name.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "infergate/common/json.h"
+#include "infergate/operator/api/inference_model.h"
+
+namespace infergate::op::api {
+
+namespace labels {
+inline constexpr std::string_view kModel = "serving.infergate.dev/model";
+inline constexpr std::string_view kTrack = "serving.infergate.dev/track";
+inline constexpr std::string_view kRevision = "serving.infergate.dev/revision";
+inline constexpr std::string_view kName = "app.kubernetes.io/name";
+inline constexpr std::string_view kInstance = "app.kubernetes.io/instance";
+inline constexpr std::string_view kComponent = "app.kubernetes.io/component";
+inline constexpr std::string_view kManagedBy = "app.kubernetes.io/managed-by";
+inline constexpr std::string_view kManagedByValue = "infergate-operator";
+}  // namespace labels
+
+namespace annotations {
+// Hash of the rendered workload: equal hashes mean nothing to write.
+inline constexpr std::string_view kTemplateHash = "serving.infergate.dev/template-hash";
+inline constexpr std::string_view kRevision = "serving.infergate.dev/revision";
+}  // namespace annotations
+
+// Which Deployment of a model: the one serving (stable) or the one under test (canary).
+enum class Track { kStable, kCanary };
+std::string_view to_string(Track t);
+
+// "glm" -> stable "glm", canary "glm-canary".
+std::string workload_name(std::string_view model, Track track);
+// The Service (or local router) in front of every ready pod of the model.
+std::string endpoint_name(std::string_view model);
+
+// Everything in a spec that defines what a pod runs: all of it except replicas and rollout policy.
+struct PodConfig {
+  ArtifactSpec artifact;
+  EngineSpec engine;
+  ServingConfig serving;
+  Resources resources;
+  SchedulingSpec scheduling;
+};
+PodConfig pod_config(const InferenceModelSpec& spec);
+// Canonical JSON of a PodConfig (stable key order), the input of revision().
+Json canonical_json(const PodConfig& config);
+// A 10-hex-digit SHA-256 prefix of the canonical JSON: equal configurations, equal revisions.
+std::string revision(const PodConfig& config);
+
+// The first `hex_chars` hex digits of SHA-256(data).
+std::string short_hash(std::string_view data, size_t hex_chars = 10);
+
+// A ReleaseConfig describing a PodConfig (digest left empty).
+ReleaseConfig release_config(const PodConfig& config);
+
+}  // namespace infergate::op::api

@@ -1,0 +1,50 @@
+// The InferenceModel reconciler: reads the model, observes the platform, asks the pure plan what to
+// do, does it, writes status only when it changed, and records the events the plan names.
+//
+// Guarantees: reconciling an unchanged model writes nothing (no workload, endpoint or status write,
+// no event); a status write that loses a race (409) re-reads the model and re-plans against the fresh
+// version, up to max_conflict_retries times; transient platform errors are returned (the manager
+// retries with backoff) without touching status, so an unreachable API server never flaps
+// conditions; a refusal by the platform (an invalid or forbidden object) is shown as Ready=False,
+// reason DeployFailed, with the platform's message.
+// Assumptions: the manager never runs two reconciles of one model at once.
+#pragma once
+
+#include "infergate/common/clock.h"
+#include "infergate/operator/controllers/capacity.h"
+#include "infergate/operator/controllers/steady_state.h"
+#include "infergate/operator/platform/platform.h"
+#include "infergate/operator/reconcile/reconciler.h"
+
+namespace infergate::op::controllers {
+
+struct ControllerOptions {
+  api::Images images;
+  int max_conflict_retries = 3;
+  std::chrono::nanoseconds trust_recheck = kTrustRecheck;
+};
+
+class InferenceModelReconciler final : public reconcile::Reconciler {
+ public:
+  InferenceModelReconciler(platform::ModelStore& models, platform::Platform& platform,
+                           platform::EventSink& events, CapacityChecker& capacity, Clock& clock,
+                           ControllerOptions options = {});
+
+  Result<reconcile::Action> reconcile(const reconcile::Request& request) override;
+
+  // What one reconcile of an object would observe and plan, without doing it (tests, dry runs).
+  Result<Plan> plan(const Json& object);
+
+ private:
+  Result<Observed> observe(const ModelInput& in);
+  Status execute(const platform::ModelRef& ref, const Plan& plan);
+
+  platform::ModelStore& models_;
+  platform::Platform& platform_;
+  platform::EventSink& events_;
+  CapacityChecker& capacity_;
+  Clock& clock_;
+  ControllerOptions options_;
+};
+
+}  // namespace infergate::op::controllers

@@ -1,0 +1,132 @@
+// The InferenceModel reconciler: I/O around the pure steady-state plan.
+#include "infergate/operator/controllers/inference_model_controller.h"
+
+#include "infergate/common/log.h"
+#include "infergate/operator/api/conditions.h"
+
+namespace infergate::op::controllers {
+namespace {
+
+bool transient(const Error& e) {
+  return e.code() == ErrorCode::kUnavailable || e.code() == ErrorCode::kDeadlineExceeded ||
+         e.code() == ErrorCode::kResourceExhausted || e.code() == ErrorCode::kConflict ||
+         e.code() == ErrorCode::kCancelled || e.code() == ErrorCode::kFailedPrecondition ||
+         e.code() == ErrorCode::kInternal;
+}
+
+}  // namespace
+
+InferenceModelReconciler::InferenceModelReconciler(platform::ModelStore& models, platform::Platform& platform,
+                                                   platform::EventSink& events, CapacityChecker& capacity,
+                                                   Clock& clock, ControllerOptions options)
+    : models_(models),
+      platform_(platform),
+      events_(events),
+      capacity_(capacity),
+      clock_(clock),
+      options_(std::move(options)) {}
+
+Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
+  const platform::ModelRef ref = model_ref(in.meta);
+  Observed ob;
+  INFERGATE_ASSIGN_OR_RETURN(
+      ob.stable, platform_.observe_workload(ref, api::workload_name(in.meta.name, api::Track::kStable)));
+  INFERGATE_ASSIGN_OR_RETURN(ob.endpoint, platform_.observe_endpoint(ref, api::endpoint_name(in.meta.name)));
+  if (in.spec) {
+    INFERGATE_ASSIGN_OR_RETURN(platform::TrustState trust,
+                               platform_.check_trust(ref, in.spec->artifact.trust));
+    ob.trust = trust;
+    ob.capacity = capacity_.check(api::pod_config(*in.spec), in.spec->replicas);
+  }
+  return ob;
+}
+
+Status InferenceModelReconciler::execute(const platform::ModelRef& ref, const Plan& plan) {
+  for (const auto& a : plan.actions) {
+    Status st;
+    std::string what;
+    switch (a.kind) {
+      case PlannedAction::Kind::kApplyWorkload:
+        st = platform_.apply_workload(ref, a.workload);
+        what = "applying workload " + a.workload.name;
+        break;
+      case PlannedAction::Kind::kApplyEndpoint:
+        st = platform_.apply_endpoint(ref, a.endpoint);
+        what = "applying endpoint " + a.endpoint.name;
+        break;
+      case PlannedAction::Kind::kDeleteWorkload:
+        st = platform_.delete_workload(ref, a.name);
+        what = "deleting workload " + a.name;
+        break;
+    }
+    if (!st.ok()) return std::move(st).error().context(what);
+  }
+  return ok_status();
+}
+
+Result<Plan> InferenceModelReconciler::plan(const Json& object) {
+  INFERGATE_ASSIGN_OR_RETURN(ModelInput in, read_model(object));
+  INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(in));
+  PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
+  return plan_steady_state(in, ob, ctx);
+}
+
+Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::Request& req) {
+  INFERGATE_ASSIGN_OR_RETURN(std::optional<Json> object, models_.get(req.namespace_, req.name));
+  if (!object) {
+    // Deleted: owned workloads go with it (the platform's garbage collection, and this).
+    INFERGATE_RETURN_IF_ERROR(platform_.cleanup(platform::ModelRef{req.namespace_, req.name, ""}));
+    return reconcile::Action::await_change();
+  }
+  for (int attempt = 0; attempt <= options_.max_conflict_retries; ++attempt) {
+    auto in = read_model(*object);
+    if (!in.ok()) {
+      // Without readable metadata there is nothing to write status to; retrying will not help.
+      log::error("unreadable InferenceModel", {{"model", req.key()}, {"error", in.error().to_string()}});
+      return reconcile::Action::await_change();
+    }
+    if (in->meta.deletion_timestamp) return reconcile::Action::await_change();
+    INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(*in));
+    PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
+    Plan p = plan_steady_state(*in, ob, ctx);
+    const platform::ModelRef ref = model_ref(in->meta);
+    if (Status done = execute(ref, p); !done.ok()) {
+      if (transient(done.error())) return std::move(done).error();
+      // The platform refused what we asked for: that is the user's to see, not ours to retry blindly.
+      const api::InferenceModelStatus before = p.status;
+      for (auto type : {api::condition::kReady, api::condition::kProgressing}) {
+        api::set_condition(
+            p.status.conditions,
+            api::Condition{
+                std::string(type), "False", "DeployFailed", done.error().message(), in->meta.generation, {}},
+            ctx.now);
+      }
+      const api::Condition* prev = api::find_condition(in->status.conditions, api::condition::kReady);
+      if (!prev || prev->reason != "DeployFailed" || prev->message != done.error().message()) {
+        p.events.push_back({platform::EventRecord::Type::kWarning, "DeployFailed", done.error().message()});
+      }
+      p.next = reconcile::Action::requeue_after(std::chrono::minutes(1));
+    }
+    Json status = api::status_to_json(p.status);
+    const Json current = object->contains("status") ? (*object)["status"] : Json::object();
+    if (status != current) {
+      auto written = models_.write_status(*object, status);
+      if (!written.ok()) {
+        if (written.error().code() == ErrorCode::kConflict) {
+          log::debug("status conflict, re-reading", {{"model", req.key()}, {"attempt", attempt + 1}});
+          INFERGATE_ASSIGN_OR_RETURN(object, models_.get_fresh(req.namespace_, req.name));
+          if (!object) return reconcile::Action::await_change();
+          continue;
+        }
+        if (written.error().code() == ErrorCode::kNotFound) return reconcile::Action::await_change();
+        return std::move(written).error().context("writing status");
+      }
+    }
+    for (const auto& e : p.events) events_.emit(ref, e);
+    return p.next;
+  }
+  return Error(ErrorCode::kConflict, "status of " + req.key() + " kept conflicting; retrying later",
+               "Conflict");
+}
+
+}  // namespace infergate::op::controllers

@@ -1,0 +1,158 @@
+// Where models run. The reconciler (and the rollout state machine built on it) speaks only this
+// interface: create, update, scale and delete a workload described in platform-neutral terms, read
+// its pods' states and the agent's verdicts, reach its endpoints, check the trust keys exist, and
+// record events and status. KubernetesPlatform (Deployments, Services, core Events, the status
+// subresource) implements it today; a LocalPlatform (pods as local processes, status files) can
+// implement the same contract without the reconciler changing.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infergate/common/json.h"
+#include "infergate/common/result.h"
+#include "infergate/operator/api/engine.h"
+#include "infergate/operator/api/inference_model.h"
+#include "infergate/operator/api/names.h"
+
+namespace infergate::op::platform {
+
+// The model that owns workloads: children carry its identity (ownerReferences, labels, directories).
+struct ModelRef {
+  std::string namespace_;
+  std::string name;
+  std::string uid;
+  std::string key() const { return namespace_.empty() ? name : namespace_ + "/" + name; }
+};
+
+// One workload: N identical pods that first verify the artifact (the agent), then serve it (the
+// engine). Everything a platform needs to run it, nothing about how.
+struct WorkloadSpec {
+  std::string name;  // deterministic: api::workload_name(model, track)
+  api::Track track = api::Track::kStable;
+  std::string revision;  // api::revision of the pod configuration
+  int32_t replicas = 1;
+  std::map<std::string, std::string> labels;  // on the workload and on every pod
+  api::ContainerCommand verify;               // the init step: infergate-agent verify ...
+  std::string trust_secret;                   // where the trusted public keys come from
+  api::EngineCommand engine;                  // the serving process
+  api::ArtifactSpec artifact;                 // mounted read-only
+  api::Resources resources;
+  api::SchedulingSpec scheduling;
+  std::string summary;  // "int8/int8 ctx=32768 x16", for people
+
+  // SHA-256 prefix over everything that defines the pods (not replicas): equal hashes, nothing to
+  // roll out. Platforms store it with the workload and report it back in WorkloadState.
+  std::string template_hash() const;
+};
+
+// The stable address in front of a model's ready pods (a Service, or a local router).
+struct EndpointSpec {
+  std::string name;
+  std::map<std::string, std::string> selector;  // which pods' labels it routes to
+  std::map<std::string, std::string> labels;
+  int port = 80;
+  std::string hash() const;
+};
+
+struct EndpointState {
+  bool exists = false;
+  std::string hash;
+  std::string url;  // how clients reach it
+};
+
+// The agent's init step in one pod.
+struct VerifyState {
+  enum class Phase { kNotStarted, kRunning, kSucceeded, kFailed };
+  Phase phase = Phase::kNotStarted;
+  int exit_code = 0;
+  std::string termination_message;  // the agent's JSON line, as the platform recorded it
+  int restarts = 0;
+  std::string waiting_reason;  // e.g. ImagePullBackOff for the agent image
+};
+
+struct PodState {
+  std::string name;
+  std::string revision;
+  enum class Phase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
+  Phase phase = Phase::kPending;
+  bool ready = false;
+  bool deleting = false;
+  VerifyState verify;
+  std::string waiting_reason;  // the serving container's (CrashLoopBackOff, ImagePullBackOff, ...)
+  std::string message;         // detail for the waiting reason, or the last termination message
+  int restarts = 0;
+  std::string address;  // where the pod serves ("10.1.2.3:8000"), when known
+};
+
+struct WorkloadState {
+  bool exists = false;
+  std::string template_hash;
+  std::string revision;
+  int32_t replicas = 0;  // desired, as the platform holds it
+  int32_t updated_replicas = 0;
+  int32_t ready_replicas = 0;
+  int32_t available_replicas = 0;
+  // The platform has acted on the latest spec (Deployment: observedGeneration caught up).
+  bool observed_current = false;
+  std::vector<PodState> pods;
+};
+
+enum class TrustState { kPresent, kMissing };
+
+struct EventRecord {
+  enum class Type { kNormal, kWarning };
+  Type type = Type::kNormal;
+  std::string reason;  // CamelCase
+  std::string message;
+  bool operator==(const EventRecord&) const = default;
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  virtual std::string_view name() const = 0;
+  // Where models, keys and verdicts appear inside a pod or process (the adapters render paths with it).
+  virtual api::Layout layout() const = 0;
+
+  // Observations: cheap (from caches), never write.
+  virtual Result<WorkloadState> observe_workload(const ModelRef& model, const std::string& workload) = 0;
+  virtual Result<EndpointState> observe_endpoint(const ModelRef& model, const std::string& endpoint) = 0;
+  // The names of the workloads this model owns (stable, canary, leftovers).
+  virtual Result<std::vector<std::string>> list_workloads(const ModelRef& model) = 0;
+  virtual Result<TrustState> check_trust(const ModelRef& model, const api::TrustSpec& trust) = 0;
+
+  // Changes. Idempotent: applying the same spec twice is harmless, deleting what is gone succeeds.
+  virtual Status apply_workload(const ModelRef& model, const WorkloadSpec& spec) = 0;
+  virtual Status scale_workload(const ModelRef& model, const std::string& workload, int32_t replicas) = 0;
+  virtual Status delete_workload(const ModelRef& model, const std::string& workload) = 0;
+  virtual Status apply_endpoint(const ModelRef& model, const EndpointSpec& spec) = 0;
+  // The model is gone: remove everything it owned.
+  virtual Status cleanup(const ModelRef& model) = 0;
+};
+
+// Where users see what happened: Kubernetes Events, or log lines locally. Never blocks the
+// reconciler on I/O; delivery is best effort (an event that cannot be written is logged).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void emit(const ModelRef& model, const EventRecord& event) = 0;
+};
+
+// Where InferenceModels come from and their status goes: the API server (through the cache), or
+// files on disk for the local platform.
+class ModelStore {
+ public:
+  virtual ~ModelStore() = default;
+  // The model as last observed (a cache read); nullopt when it no longer exists.
+  virtual Result<std::optional<Json>> get(const std::string& namespace_, const std::string& name) = 0;
+  // The model as the source of truth has it now (after a conflict).
+  virtual Result<std::optional<Json>> get_fresh(const std::string& namespace_, const std::string& name) = 0;
+  // Writes `status` with optimistic concurrency against `base`'s resourceVersion. Conflict (code
+  // kConflict) when base is stale; NotFound when the model is gone. Returns the stored object.
+  virtual Result<Json> write_status(const Json& base, const Json& status) = 0;
+};
+
+}  // namespace infergate::op::platform

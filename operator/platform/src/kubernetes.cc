@@ -1,0 +1,628 @@
+// KubernetesPlatform: Deployments, Services, Pods, Secrets (metadata only), Events, status.
+#include "infergate/operator/platform/kubernetes.h"
+
+#include <algorithm>
+
+#include "infergate/common/log.h"
+
+namespace infergate::op::platform {
+namespace {
+
+constexpr std::string_view kVerifyContainer = "verify";
+constexpr std::string_view kRuntimeContainer = "runtime";
+constexpr int64_t kNonRootUid = 65532;  // the distroless "nonroot" user
+
+Json owner_reference(const ModelRef& m) {
+  return Json::array({{{"apiVersion", std::string(api::kApiVersion)},
+                       {"kind", std::string(api::kKind)},
+                       {"name", m.name},
+                       {"uid", m.uid},
+                       {"controller", true},
+                       {"blockOwnerDeletion", true}}});
+}
+
+// "restricted" Pod Security Standard, plus a read-only root filesystem.
+Json container_security() {
+  return {{"allowPrivilegeEscalation", false},
+          {"capabilities", {{"drop", {"ALL"}}}},
+          {"privileged", false},
+          {"readOnlyRootFilesystem", true},
+          {"runAsNonRoot", true},
+          {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+}
+
+Json env_json(const std::map<std::string, std::string>& env) {
+  Json out = Json::array();
+  for (const auto& [k, v] : env) out.push_back({{"name", k}, {"value", v}});
+  return out;
+}
+
+Json resources_json(const api::Resources& r) {
+  Json out = Json::object();
+  if (!r.requests.empty()) out["requests"] = r.requests;
+  if (!r.limits.empty()) out["limits"] = r.limits;
+  return out;
+}
+
+Json artifact_volume(const api::ArtifactSpec& a) {
+  if (a.volume.kind == api::VolumeSource::Kind::kNfs) {
+    return {{"name", "model-artifacts"},
+            {"nfs", {{"server", a.volume.nfs_server}, {"path", a.volume.nfs_path}, {"readOnly", true}}}};
+  }
+  return {{"name", "model-artifacts"},
+          {"persistentVolumeClaim", {{"claimName", a.volume.claim_name}, {"readOnly", true}}}};
+}
+
+Json container_json(std::string_view name, const api::ContainerCommand& c) {
+  Json j = {{"name", std::string(name)}, {"image", c.image}, {"args", c.args}};
+  if (!c.command.empty()) j["command"] = c.command;
+  if (!c.env.empty()) j["env"] = env_json(c.env);
+  j["securityContext"] = container_security();
+  j["terminationMessagePath"] = "/dev/termination-log";
+  return j;
+}
+
+const Json* find_named(const Json& list, std::string_view name) {
+  if (!list.is_array()) return nullptr;
+  for (const auto& item : list) {
+    if (item.is_object() && item.value("name", "") == name) return &item;
+  }
+  return nullptr;
+}
+
+std::string str(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+int integer(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
+const Json& member(const Json& obj, const char* key) {
+  static const Json empty = Json::object();
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? *it : empty;
+}
+
+// obj[key] when it is an array (a reference into obj, never a temporary), else an empty array.
+const Json& list_member(const Json& obj, const char* key) {
+  static const Json empty = Json::array();
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_array() ? *it : empty;
+}
+
+std::string annotation(const Json& obj, std::string_view key) {
+  const Json& a = member(member(obj, "metadata"), "annotations");
+  auto it = a.find(std::string(key));
+  return it != a.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string selector_string(const std::map<std::string, std::string>& labels) {
+  std::string s;
+  for (const auto& [k, v] : labels) s += (s.empty() ? "" : ",") + k + "=" + v;
+  return s;
+}
+
+}  // namespace
+
+api::Layout kubernetes_layout() { return api::Layout{}; }
+
+namespace {
+
+void keep_only(Json& obj, std::initializer_list<const char*> keys) {
+  if (!obj.is_object()) return;
+  Json kept = Json::object();
+  for (const char* k : keys) {
+    auto it = obj.find(k);
+    if (it != obj.end()) kept[k] = std::move(*it);
+  }
+  obj = std::move(kept);
+}
+
+void trim_metadata(Json& obj) {
+  if (auto m = obj.find("metadata"); m != obj.end() && m->is_object()) {
+    keep_only(*m, {"name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+                   "ownerReferences", "deletionTimestamp", "finalizers", "creationTimestamp"});
+  }
+}
+
+}  // namespace
+
+void trim_deployment(Json& d) {
+  trim_metadata(d);
+  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector"});
+  keep_only(d, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
+void trim_pod(Json& p) {
+  trim_metadata(p);
+  if (auto spec = p.find("spec"); spec != p.end() && spec->is_object()) {
+    Json containers = Json::array();
+    if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
+      for (auto& c : *cs) {
+        if (c.is_object()) keep_only(c, {"name", "ports"});
+        containers.push_back(std::move(c));
+      }
+    }
+    *spec = Json{{"containers", std::move(containers)}};
+  }
+  keep_only(p, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
+void trim_owned(Json& o) {
+  trim_metadata(o);
+  if (auto spec = o.find("spec"); spec != o.end())
+    keep_only(*spec, {"selector", "ports", "type", "clusterIP"});
+  keep_only(o, {"apiVersion", "kind", "metadata", "spec", "status"});
+}
+
+std::vector<std::string> model_index_values(const Json& object) {
+  std::string model = client::object_label(object, api::labels::kModel);
+  if (model.empty()) return {};
+  return {client::object_namespace(object) + "/" + model};
+}
+
+Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
+  const std::string hash = spec.template_hash();
+  std::map<std::string, std::string> selector = {
+      {std::string(api::labels::kModel), model.name},
+      {std::string(api::labels::kTrack), std::string(api::to_string(spec.track))}};
+  std::map<std::string, std::string> pod_labels = spec.labels;
+  for (const auto& [k, v] : selector) pod_labels[k] = v;
+  pod_labels[std::string(api::labels::kRevision)] = spec.revision;
+  const api::Layout layout = kubernetes_layout();
+
+  Json verify = container_json(kVerifyContainer, spec.verify);
+  verify["terminationMessagePolicy"] = "File";  // the agent's JSON verdict, nothing else
+  verify["volumeMounts"] =
+      Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
+                   {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}}});
+  verify["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "128Mi"}}},
+                         {"limits", {{"memory", "512Mi"}}}};
+
+  Json runtime = container_json(kRuntimeContainer, spec.engine.container);
+  runtime["terminationMessagePolicy"] = "FallbackToLogsOnError";
+  runtime["ports"] =
+      Json::array({{{"name", "http"}, {"containerPort", spec.engine.port}, {"protocol", "TCP"}}});
+  auto probe = [](const std::string& path, int period, int failures) {
+    return Json{{"httpGet", {{"path", path}, {"port", "http"}}},
+                {"periodSeconds", period},
+                {"timeoutSeconds", 3},
+                {"failureThreshold", failures}};
+  };
+  runtime["readinessProbe"] = probe(spec.engine.readiness_path, 5, 3);
+  runtime["livenessProbe"] = probe(spec.engine.liveness_path, 10, 6);
+  // Loading (and re-hashing) a large model takes minutes: the startup probe allows an hour.
+  runtime["startupProbe"] = probe(spec.engine.liveness_path, 10, 360);
+  Json res = resources_json(spec.resources);
+  if (!res.empty()) runtime["resources"] = res;
+  Json mounts =
+      Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
+                   {{"name", "tmp"}, {"mountPath", "/tmp"}}});
+  if (spec.engine.needs_shared_memory) mounts.push_back({{"name", "dshm"}, {"mountPath", "/dev/shm"}});
+  runtime["volumeMounts"] = mounts;
+
+  Json volumes = Json::array(
+      {artifact_volume(spec.artifact),
+       {{"name", "trust-keys"}, {"secret", {{"secretName", spec.trust_secret}, {"defaultMode", 0444}}}},
+       {{"name", "tmp"}, {"emptyDir", Json::object()}}});
+  if (spec.engine.needs_shared_memory) {
+    volumes.push_back({{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "8Gi"}}}});
+  }
+  Json pod_spec = {{"automountServiceAccountToken", false},
+                   {"enableServiceLinks", false},
+                   {"terminationGracePeriodSeconds", 60},
+                   {"securityContext",
+                    {{"runAsNonRoot", true},
+                     {"runAsUser", kNonRootUid},
+                     {"runAsGroup", kNonRootUid},
+                     {"fsGroup", kNonRootUid},
+                     {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+                   {"initContainers", Json::array({verify})},
+                   {"containers", Json::array({runtime})},
+                   {"volumes", volumes}};
+  if (!spec.scheduling.node_selector.empty()) pod_spec["nodeSelector"] = spec.scheduling.node_selector;
+  if (!spec.scheduling.tolerations.empty()) pod_spec["tolerations"] = spec.scheduling.tolerations;
+  if (!spec.scheduling.runtime_class_name.empty())
+    pod_spec["runtimeClassName"] = spec.scheduling.runtime_class_name;
+
+  return Json{
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata",
+       {{"name", spec.name},
+        {"namespace", model.namespace_},
+        {"labels", spec.labels},
+        {"annotations",
+         {{std::string(api::annotations::kTemplateHash), hash},
+          {std::string(api::annotations::kRevision), spec.revision}}},
+        {"ownerReferences", owner_reference(model)}}},
+      {"spec",
+       {{"replicas", spec.replicas},
+        {"selector", {{"matchLabels", selector}}},
+        // Never lose serving capacity during an update: add the new pod before removing an old one.
+        {"strategy",
+         {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
+        {"template",
+         {{"metadata",
+           {{"labels", pod_labels}, {"annotations", {{std::string(api::annotations::kTemplateHash), hash}}}}},
+          {"spec", pod_spec}}}}}};
+}
+
+Json render_service(const ModelRef& model, const EndpointSpec& spec) {
+  return Json{
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata",
+       {{"name", spec.name},
+        {"namespace", model.namespace_},
+        {"labels", spec.labels},
+        {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
+        {"ownerReferences", owner_reference(model)}}},
+      {"spec",
+       {{"type", "ClusterIP"},
+        {"selector", spec.selector},
+        {"ports",
+         Json::array(
+             {{{"name", "http"}, {"port", spec.port}, {"targetPort", "http"}, {"protocol", "TCP"}}})}}}};
+}
+
+PodState pod_state(const Json& pod) {
+  PodState p;
+  const Json& meta = member(pod, "metadata");
+  const Json& status = member(pod, "status");
+  p.name = str(meta, "name");
+  p.revision = client::object_label(pod, api::labels::kRevision);
+  p.deleting = meta.contains("deletionTimestamp");
+  std::string phase = str(status, "phase");
+  p.phase = phase == "Running"                    ? PodState::Phase::kRunning
+            : phase == "Succeeded"                ? PodState::Phase::kSucceeded
+            : phase == "Failed"                   ? PodState::Phase::kFailed
+            : phase == "Pending" || phase.empty() ? PodState::Phase::kPending
+                                                  : PodState::Phase::kUnknown;
+  if (auto c = status.find("conditions"); c != status.end() && c->is_array()) {
+    for (const auto& cond : *c) {
+      if (cond.is_object() && cond.value("type", "") == "Ready") p.ready = cond.value("status", "") == "True";
+    }
+  }
+  std::string ip = str(status, "podIP");
+  if (const Json* v = find_named(list_member(status, "initContainerStatuses"), kVerifyContainer)) {
+    const Json& state = member(*v, "state");
+    const Json& last = member(*v, "lastState");
+    p.verify.restarts = integer(*v, "restartCount");
+    auto from_terminated = [&](const Json& t) {
+      p.verify.exit_code = integer(t, "exitCode");
+      p.verify.termination_message = str(t, "message");
+      p.verify.phase = p.verify.exit_code == 0 ? VerifyState::Phase::kSucceeded : VerifyState::Phase::kFailed;
+    };
+    if (state.contains("terminated")) {
+      from_terminated(member(state, "terminated"));
+    } else if (state.contains("running")) {
+      p.verify.phase = VerifyState::Phase::kRunning;
+      // A restarted verifier failed before: keep that verdict visible while it retries.
+      if (last.contains("terminated") && integer(member(last, "terminated"), "exitCode") != 0) {
+        from_terminated(member(last, "terminated"));
+      }
+    } else if (state.contains("waiting")) {
+      p.verify.waiting_reason = str(member(state, "waiting"), "reason");
+      if (last.contains("terminated")) from_terminated(member(last, "terminated"));
+    }
+  }
+  if (const Json* r = find_named(list_member(status, "containerStatuses"), kRuntimeContainer)) {
+    p.restarts = integer(*r, "restartCount");
+    const Json& state = member(*r, "state");
+    const Json& last = member(*r, "lastState");
+    if (state.contains("waiting")) {
+      p.waiting_reason = str(member(state, "waiting"), "reason");
+      p.message = str(member(state, "waiting"), "message");
+    }
+    if (last.contains("terminated") && !str(member(last, "terminated"), "message").empty()) {
+      p.message = str(member(last, "terminated"), "message");  // why the runtime exited (its own words)
+    }
+  }
+  if (!ip.empty()) {
+    int port = 0;
+    const Json& spec = member(pod, "spec");
+    if (const Json* rc = find_named(list_member(spec, "containers"), kRuntimeContainer)) {
+      if (const Json* hp = find_named(list_member(*rc, "ports"), "http"))
+        port = integer(*hp, "containerPort");
+    }
+    p.address = port ? ip + ":" + std::to_string(port) : ip;
+  }
+  return p;
+}
+
+WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods) {
+  WorkloadState w;
+  w.exists = true;
+  w.template_hash = annotation(d, api::annotations::kTemplateHash);
+  w.revision = annotation(d, api::annotations::kRevision);
+  const Json& spec = member(d, "spec");
+  const Json& status = member(d, "status");
+  w.replicas = spec.contains("replicas") ? integer(spec, "replicas") : 1;
+  w.updated_replicas = integer(status, "updatedReplicas");
+  w.ready_replicas = integer(status, "readyReplicas");
+  w.available_replicas = integer(status, "availableReplicas");
+  int64_t generation = member(d, "metadata").value("generation", int64_t{0});
+  int64_t observed = status.value("observedGeneration", int64_t{0});
+  w.observed_current = observed >= generation;
+  for (const Json* p : pods) w.pods.push_back(pod_state(*p));
+  std::sort(w.pods.begin(), w.pods.end(),
+            [](const PodState& a, const PodState& b) { return a.name < b.name; });
+  return w;
+}
+
+KubernetesPlatform::KubernetesPlatform(client::Client& client, cache::InformerCache& cache, Clock& clock,
+                                       std::chrono::nanoseconds trust_ttl)
+    : client_(client), cache_(cache), clock_(clock), trust_ttl_(trust_ttl) {}
+
+Result<WorkloadState> KubernetesPlatform::observe_workload(const ModelRef& model,
+                                                           const std::string& workload) {
+  cache::Object d = cache_.get_object(client::kinds::deployment(), model.namespace_, workload);
+  if (!d) return WorkloadState{};
+  std::map<std::string, std::string> match;
+  for (const auto& [k, v] : member(member(member(*d, "spec"), "selector"), "matchLabels").items()) {
+    if (v.is_string()) match[k] = v.get<std::string>();
+  }
+  std::vector<cache::Object> pods;
+  if (!match.empty()) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        pods, cache_.list_indexed(client::kinds::pod(), model.namespace_, std::string(kModelIndex),
+                                  model.key(), selector_string(match)));
+  }
+  std::vector<const Json*> ptrs;
+  for (const auto& p : pods) ptrs.push_back(p.get());
+  return workload_state(*d, ptrs);
+}
+
+Result<EndpointState> KubernetesPlatform::observe_endpoint(const ModelRef& model,
+                                                           const std::string& endpoint) {
+  cache::Object s = cache_.get_object(client::kinds::service(), model.namespace_, endpoint);
+  EndpointState e;
+  e.url = "http://" + endpoint + "." + model.namespace_ + ".svc:80";
+  if (!s) return e;
+  e.exists = true;
+  e.hash = annotation(*s, api::annotations::kTemplateHash);
+  return e;
+}
+
+Result<std::vector<std::string>> KubernetesPlatform::list_workloads(const ModelRef& model) {
+  INFERGATE_ASSIGN_OR_RETURN(
+      auto ds, cache_.list_indexed(client::kinds::deployment(), model.namespace_, std::string(kModelIndex),
+                                   model.key(), std::string(api::labels::kModel) + "=" + model.name));
+  std::vector<std::string> names;
+  for (const auto& d : ds) names.push_back(client::object_name(*d));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<TrustState> KubernetesPlatform::check_trust(const ModelRef& model, const api::TrustSpec& trust) {
+  const std::string key = model.namespace_ + "/" + trust.public_key_secret;
+  const MonoTime now = clock_.mono_now();
+  {
+    std::lock_guard lock(trust_mu_);
+    auto it = trust_seen_.find(key);
+    if (it != trust_seen_.end() && now - it->second < trust_ttl_) return TrustState::kPresent;
+  }
+  auto s = client_.get(client::kinds::secret(), model.namespace_, trust.public_key_secret, {true});
+  std::lock_guard lock(trust_mu_);
+  if (s.ok()) {
+    if (trust_seen_.size() > 65536) trust_seen_.clear();
+    trust_seen_[key] = now;
+    return TrustState::kPresent;
+  }
+  trust_seen_.erase(key);
+  if (client::is_not_found(s.error())) return TrustState::kMissing;
+  return std::move(s).error().context("checking the trust key Secret");
+}
+
+Status KubernetesPlatform::apply_workload(const ModelRef& model, const WorkloadSpec& spec) {
+  Json d = render_deployment(model, spec);
+  auto r = client_.patch(client::kinds::deployment(), model.namespace_, spec.name, client::PatchType::kApply,
+                         d, {std::string(kFieldManager), true, ""});
+  if (!r.ok()) return std::move(r).error();
+  return ok_status();
+}
+
+Status KubernetesPlatform::scale_workload(const ModelRef& model, const std::string& workload,
+                                          int32_t replicas) {
+  auto r = client_.patch(client::kinds::deployment(), model.namespace_, workload, client::PatchType::kMerge,
+                         {{"spec", {{"replicas", replicas}}}});
+  if (!r.ok()) return std::move(r).error();
+  return ok_status();
+}
+
+Status KubernetesPlatform::delete_workload(const ModelRef& model, const std::string& workload) {
+  Status st = client_.remove(client::kinds::deployment(), model.namespace_, workload);
+  if (!st.ok() && !client::is_not_found(st.error())) return st;
+  return ok_status();
+}
+
+Status KubernetesPlatform::apply_endpoint(const ModelRef& model, const EndpointSpec& spec) {
+  auto r = client_.patch(client::kinds::service(), model.namespace_, spec.name, client::PatchType::kApply,
+                         render_service(model, spec), {std::string(kFieldManager), true, ""});
+  if (!r.ok()) return std::move(r).error();
+  return ok_status();
+}
+
+Status KubernetesPlatform::cleanup(const ModelRef& model) {
+  // The garbage collector removes owned objects too; deleting them here keeps clusters without one
+  // (and the time before it runs) tidy. Only objects still labelled for this model name are touched,
+  // and only if no live InferenceModel of that name owns them.
+  std::string selector = std::string(api::labels::kModel) + "=" + model.name;
+  for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service()}) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        auto objs,
+        cache_.list_indexed(*kind, model.namespace_, std::string(kModelIndex), model.key(), selector));
+    for (const auto& o : objs) {
+      if (member(*o, "metadata").contains("deletionTimestamp")) continue;
+      client::DeleteOptions opts;
+      opts.precondition_uid = client::object_uid(*o);
+      Status st = client_.remove(*kind, model.namespace_, client::object_name(*o), opts);
+      if (!st.ok() && !client::is_not_found(st.error()) && !client::is_conflict(st.error())) return st;
+    }
+  }
+  return ok_status();
+}
+
+Result<std::optional<Json>> KubernetesModelStore::get(const std::string& ns, const std::string& name) {
+  cache::Object o = cache_.get_object(client::kinds::inference_model(), ns, name);
+  const std::string key = ns + "/" + name;
+  std::lock_guard lock(mu_);
+  auto it = written_.find(key);
+  if (it != written_.end()) {
+    if (o && client::object_resource_version(*o) == it->second.base_resource_version) {
+      return std::optional<Json>(it->second.object);  // the cache has not seen our write yet
+    }
+    written_.erase(it);  // caught up (or changed by someone else): the cache is the truth again
+  }
+  if (!o) return std::optional<Json>();
+  return std::optional<Json>(*o);
+}
+
+Result<std::optional<Json>> KubernetesModelStore::get_fresh(const std::string& ns, const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    written_.erase(ns + "/" + name);
+  }
+  auto o = client_.get(client::kinds::inference_model(), ns, name);
+  if (o.ok()) return std::optional<Json>(std::move(*o));
+  if (client::is_not_found(o.error())) return std::optional<Json>();
+  return std::move(o).error();
+}
+
+Result<Json> KubernetesModelStore::write_status(const Json& base, const Json& status) {
+  Json obj = base;
+  obj["status"] = status;
+  auto written = client_.update_status(client::kinds::inference_model(), obj);
+  if (!written.ok()) return written;
+  cache::Object cached = cache_.get_object(client::kinds::inference_model(), client::object_namespace(base),
+                                           client::object_name(base));
+  std::lock_guard lock(mu_);
+  if (cached && client::object_resource_version(*cached) != client::object_resource_version(*written)) {
+    Json stored = *written;
+    cache::strip_managed_fields(stored);
+    if (written_.size() > 65536) written_.clear();
+    written_[client::object_key(base)] = Written{client::object_resource_version(*cached), std::move(stored)};
+  }
+  return written;
+}
+
+KubernetesEventRecorder::KubernetesEventRecorder(client::Writer& writer, Clock& clock, std::string instance)
+    : writer_(writer), clock_(clock), instance_(std::move(instance)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+KubernetesEventRecorder::~KubernetesEventRecorder() {
+  flush();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void KubernetesEventRecorder::emit(const ModelRef& model, const EventRecord& event) {
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.size() >= 10000) {
+      log::warn("event queue full, dropping an event", {{"model", model.key()}, {"reason", event.reason}});
+      return;
+    }
+    queue_.push_back(Item{model, event, clock_.wall_now()});
+  }
+  cv_.notify_one();
+}
+
+void KubernetesEventRecorder::flush() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+size_t KubernetesEventRecorder::written() const {
+  std::lock_guard lock(mu_);
+  return written_;
+}
+
+void KubernetesEventRecorder::run() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    write(item);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+      ++written_;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void KubernetesEventRecorder::write(const Item& item) {
+  const std::string type = item.event.type == EventRecord::Type::kWarning ? "Warning" : "Normal";
+  std::string message = item.event.message.substr(0, 1024);
+  const std::string key = item.model.uid + "|" + type + "|" + item.event.reason + "|" + message;
+  const std::string at = format_rfc3339(item.at);
+  std::optional<Seen> seen;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = seen_.find(key);
+        it != seen_.end() && item.at - it->second.last < std::chrono::minutes(10)) {
+      seen = it->second;
+    }
+  }
+  if (seen) {
+    auto r = writer_.patch(client::kinds::event(), item.model.namespace_, seen->name,
+                           client::PatchType::kMerge, {{"count", seen->count + 1}, {"lastTimestamp", at}});
+    if (r.ok()) {
+      std::lock_guard lock(mu_);
+      seen_[key] = Seen{seen->name, seen->count + 1, item.at};
+      return;
+    }
+    // The event may have expired on the server: write a new one below.
+  }
+  std::string name;
+  {
+    std::lock_guard lock(mu_);
+    name = item.model.name + "." + api::short_hash(key + at + std::to_string(++counter_), 16);
+    if (seen_.size() > 4096) seen_.clear();
+  }
+  Json ev = {{"apiVersion", "v1"},
+             {"kind", "Event"},
+             {"metadata", {{"name", name}, {"namespace", item.model.namespace_}}},
+             {"involvedObject",
+              {{"apiVersion", std::string(api::kApiVersion)},
+               {"kind", std::string(api::kKind)},
+               {"name", item.model.name},
+               {"namespace", item.model.namespace_},
+               {"uid", item.model.uid}}},
+             {"reason", item.event.reason},
+             {"message", message},
+             {"type", type},
+             {"source", {{"component", "infergate-operator"}}},
+             {"reportingComponent", "infergate-operator"},
+             {"reportingInstance", instance_},
+             {"firstTimestamp", at},
+             {"lastTimestamp", at},
+             {"count", 1}};
+  auto r = writer_.create(client::kinds::event(), ev);
+  if (!r.ok()) {
+    log::warn("cannot record an event",
+              {{"model", item.model.key()}, {"reason", item.event.reason}, {"error", r.error().to_string()}});
+    return;
+  }
+  std::lock_guard lock(mu_);
+  seen_[key] = Seen{name, 1, item.at};
+}
+
+}  // namespace infergate::op::platform

@@ -1,0 +1,179 @@
+// Parsing, defaulting and validating InferenceModels; status JSON round trips.
+#include "infergate/operator/api/inference_model.h"
+
+#include <gtest/gtest.h>
+
+#include "api/testdata.h"
+
+namespace infergate::op::api {
+namespace {
+
+using testing::valid_model;
+
+TEST(InferenceModel, ParsesTheGlmExample) {
+  auto m = parse_inference_model(valid_model());
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->key(), "models/glm-4-9b");
+  EXPECT_EQ(m->meta.generation, 3);
+  EXPECT_EQ(m->spec.replicas, 2);
+  EXPECT_EQ(m->spec.artifact.path, "glm-4-9b/r3");
+  EXPECT_EQ(m->spec.artifact.volume.claim_name, "verified-model-artifacts");
+  EXPECT_EQ(m->spec.artifact.trust.public_key_secret, "model-signing-key");
+  EXPECT_EQ(*m->spec.artifact.trust.min_version, 3);
+  EXPECT_EQ(m->spec.serving.weight_format, WeightFormat::kInt8);
+  EXPECT_EQ(m->spec.serving.kv_cache_dtype, KvCacheDtype::kInt8);
+  EXPECT_EQ(m->spec.serving.max_context_length, 32768);
+  EXPECT_EQ(m->spec.resources.gpus(), 1);
+  EXPECT_EQ(m->spec.resources.gpu_resource_name(), "nvidia.com/gpu");
+}
+
+TEST(InferenceModel, AppliesDefaultsLikeTheCrd) {
+  Json j = valid_model();
+  j["spec"].erase("replicas");
+  j["spec"]["serving"].erase("kvCacheDtype");
+  j["spec"]["serving"].erase("maxConcurrency");
+  auto m = parse_inference_model(j);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->spec.replicas, 1);
+  EXPECT_EQ(m->spec.serving.kv_cache_dtype, KvCacheDtype::kFp16);
+  EXPECT_EQ(m->spec.serving.max_concurrency, 8);
+  EXPECT_EQ(m->spec.engine.kind, EngineKind::kBundled);
+  ASSERT_EQ(m->spec.rollout.stage_order.size(), 3u);
+  EXPECT_EQ(m->spec.rollout.stage_order[1], StageName::kKvCache);
+  EXPECT_TRUE(m->spec.rollout.auto_rollback);
+  EXPECT_EQ(m->spec.rollout.canary.replicas, 1);
+}
+
+TEST(InferenceModel, RefusesUnknownDtypeNamingTheField) {
+  Json j = valid_model();
+  j["spec"]["serving"]["kvCacheDtype"] = "fp9";
+  auto m = parse_inference_model(j);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().reason(), "InvalidSpec");
+  EXPECT_NE(m.error().message().find("spec.serving.kvCacheDtype: unknown value \"fp9\""), std::string::npos)
+      << m.error().message();
+}
+
+TEST(InferenceModel, ReportsEveryFieldErrorAtOnce) {
+  Json j = valid_model();
+  j["spec"]["serving"]["weightFormat"] = "int3";
+  j["spec"]["serving"]["maxContextLength"] = 0;
+  j["spec"]["artifact"]["path"] = "../etc";
+  j["spec"]["replicas"] = -1;
+  std::vector<FieldError> errors = validate_spec(j["spec"], nullptr);
+  std::vector<std::string> paths;
+  for (const auto& e : errors) paths.push_back(e.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"spec.replicas", "spec.artifact.path",
+                                             "spec.serving.weightFormat", "spec.serving.maxContextLength"}));
+}
+
+TEST(InferenceModel, RefusesNonCanonicalArtifactPaths) {
+  for (const char* p : {"/abs", "a/../b", "a//b", "./a", "a/", "a/.", "sp ace", ""}) {
+    Json j = valid_model();
+    j["spec"]["artifact"]["path"] = p;
+    auto m = parse_inference_model(j);
+    EXPECT_FALSE(m.ok()) << p;
+  }
+}
+
+TEST(InferenceModel, RequiresExactlyOneVolumeSource) {
+  Json j = valid_model();
+  j["spec"]["artifact"]["volume"]["nfs"] = {{"server", "nfs.local"}, {"path", "/exports"}};
+  auto both = parse_inference_model(j);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.error().message().find("exactly one of persistentVolumeClaim or nfs"), std::string::npos);
+  j["spec"]["artifact"]["volume"].erase("persistentVolumeClaim");
+  auto nfs = parse_inference_model(j);
+  ASSERT_TRUE(nfs.ok()) << nfs.error().to_string();
+  EXPECT_EQ(nfs->spec.artifact.volume.kind, VolumeSource::Kind::kNfs);
+}
+
+TEST(InferenceModel, RequiresTheTrustKeySecret) {
+  Json j = valid_model();
+  j["spec"]["artifact"]["trust"].erase("publicKeySecretRef");
+  auto m = parse_inference_model(j);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message().find("spec.artifact.trust.publicKeySecretRef: required"), std::string::npos);
+}
+
+TEST(InferenceModel, RequiresAnImageForThirdPartyEngines) {
+  Json j = valid_model();
+  j["spec"]["engine"] = {{"kind", "vllm"}};
+  auto m = parse_inference_model(j);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message().find("spec.engine.image"), std::string::npos);
+}
+
+TEST(InferenceModel, RefusesNamesThatCannotNameChildren) {
+  for (const char* name :
+       {"GLM", "9glm", "a-very-long-model-name-that-is-longer-than-forty-eight", "glm_4"}) {
+    Json j = valid_model();
+    j["metadata"]["name"] = name;
+    EXPECT_FALSE(parse_inference_model(j).ok()) << name;
+  }
+}
+
+TEST(InferenceModel, RefusesWrongKindAndDuplicateStages) {
+  Json j = valid_model();
+  j["kind"] = "Deployment";
+  EXPECT_FALSE(parse_inference_model(j).ok());
+  j = valid_model();
+  j["spec"]["rollout"] = {{"stageOrder", {"weights", "weights"}}};
+  auto m = parse_inference_model(j);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message().find("listed twice"), std::string::npos);
+}
+
+TEST(InferenceModel, RefusesWrongTypesWithoutThrowing) {
+  Json j = valid_model();
+  j["spec"]["serving"] = "int8";
+  EXPECT_FALSE(parse_inference_model(j).ok());
+  j = valid_model();
+  j["spec"]["replicas"] = "two";
+  EXPECT_FALSE(parse_inference_model(j).ok());
+  j = valid_model();
+  j["spec"]["resources"]["limits"]["memory"] = "lots";
+  EXPECT_FALSE(parse_inference_model(j).ok());
+  EXPECT_FALSE(parse_inference_model(Json::array()).ok());
+}
+
+TEST(InferenceModelStatus, RoundTripsThroughJson) {
+  InferenceModelStatus s;
+  s.observed_generation = 4;
+  s.replicas = 2;
+  s.ready_replicas = 1;
+  ReleaseConfig r;
+  r.serving = {WeightFormat::kInt8, KvCacheDtype::kFp8, 32768, 16};
+  r.artifact_path = "glm/r3";
+  r.release_digest = "sha256:" + std::string(64, 'a');
+  r.release_version = 3;
+  r.revision = "0123456789";
+  r.summary = summarize(r.serving);
+  s.stable = r;
+  s.canary = CanaryStatus{r, "glm-canary", 1, 0};
+  WallTime t = *parse_rfc3339("2026-11-29T19:30:00Z");
+  s.stage =
+      StageStatus{"kvCache",
+                  "0123456789",
+                  "Analyzing",
+                  t,
+                  {GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}}};
+  s.conditions.push_back({"Ready", "True", "Serving", "2/2", 4, t});
+  s.history.push_back({"weights", "abc", "Promoted", "GatesPassed", "", t});
+  s.failed_revisions = {"deadbeef00"};
+  auto back = parse_status(status_to_json(s));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, s);
+  EXPECT_EQ(status_to_json(s)["stable"]["summary"], "int8/fp8 ctx=32768 x16");
+}
+
+TEST(InferenceModelStatus, MalformedStatusIsReplacedNotFatal) {
+  Json j = valid_model();
+  j["status"] = {{"stable", "nonsense"}};
+  auto m = parse_inference_model(j);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->status.stable.has_value());
+}
+
+}  // namespace
+}  // namespace infergate::op::api

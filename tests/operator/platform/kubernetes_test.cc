@@ -1,0 +1,227 @@
+// Rendering Deployments and Services, and reading pods back, for the Kubernetes platform.
+#include "infergate/operator/platform/kubernetes.h"
+
+#include <gtest/gtest.h>
+
+#include "api/testdata.h"
+#include "infergate/operator/controllers/steady_state.h"
+
+namespace infergate::op::platform {
+namespace {
+
+WorkloadSpec workload(std::function<void(Json&)> edit = {}) {
+  Json j = api::testing::valid_model();
+  if (edit) edit(j);
+  auto m = api::parse_inference_model(j);
+  EXPECT_TRUE(m.ok()) << m.error().to_string();
+  controllers::PlanContext ctx{WallTime{}, api::Images{}, kubernetes_layout()};
+  auto w = controllers::render_workload("glm-4-9b", api::pod_config(m->spec), api::Track::kStable, 2, ctx);
+  EXPECT_TRUE(w.ok()) << w.error().to_string();
+  return *w;
+}
+
+const ModelRef kModel{"models", "glm-4-9b", "uid-1"};
+
+const Json& named(const Json& list, const std::string& name) {
+  for (const auto& item : list) {
+    if (item.value("name", "") == name) return item;
+  }
+  static const Json none;
+  ADD_FAILURE() << "no item named " << name;
+  return none;
+}
+
+TEST(RenderDeployment, FitsTheRestrictedPodSecurityStandard) {
+  Json d = render_deployment(kModel, workload());
+  const Json& pod = d["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(pod["automountServiceAccountToken"], false);
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const auto& c : pod[list]) {
+      const Json& sc = c["securityContext"];
+      EXPECT_EQ(sc["allowPrivilegeEscalation"], false) << c["name"];
+      EXPECT_EQ(sc["capabilities"]["drop"], Json::array({"ALL"})) << c["name"];
+      EXPECT_EQ(sc["readOnlyRootFilesystem"], true) << c["name"];
+      EXPECT_EQ(sc["runAsNonRoot"], true) << c["name"];
+      EXPECT_EQ(sc["seccompProfile"]["type"], "RuntimeDefault") << c["name"];
+      EXPECT_FALSE(sc.contains("runAsUser") && sc["runAsUser"] == 0) << c["name"];
+    }
+  }
+  for (const auto& v : pod["volumes"]) {
+    EXPECT_FALSE(v.contains("hostPath")) << v.dump();
+  }
+}
+
+TEST(RenderDeployment, MountsTheArtifactReadOnlyEverywhere) {
+  Json d = render_deployment(kModel, workload());
+  const Json& pod = d["spec"]["template"]["spec"];
+  const Json& vol = named(pod["volumes"], "model-artifacts");
+  EXPECT_EQ(vol["persistentVolumeClaim"]["claimName"], "verified-model-artifacts");
+  EXPECT_EQ(vol["persistentVolumeClaim"]["readOnly"], true);
+  int mounts = 0;
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const auto& c : pod[list]) {
+      for (const auto& m : c["volumeMounts"]) {
+        if (m["name"] == "model-artifacts" || m["name"] == "trust-keys") {
+          EXPECT_EQ(m["readOnly"], true) << c["name"] << " " << m["name"];
+          ++mounts;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mounts, 3);  // verify: artifact + keys; runtime: artifact
+  Json nfs = render_deployment(
+      kModel, workload([](Json& j) {
+        j["spec"]["artifact"]["volume"] = {{"nfs", {{"server", "nfs.local"}, {"path", "/exports/models"}}}};
+      }));
+  EXPECT_EQ(named(nfs["spec"]["template"]["spec"]["volumes"], "model-artifacts")["nfs"]["readOnly"], true);
+}
+
+TEST(RenderDeployment, RunsTheAgentFirstWithTheTrustSecretAndTerminationLog) {
+  Json d = render_deployment(kModel, workload());
+  const Json& pod = d["spec"]["template"]["spec"];
+  const Json& verify = named(pod["initContainers"], "verify");
+  EXPECT_EQ(verify["image"], "infergate/agent:0.1.0");
+  EXPECT_EQ(verify["command"][0], "infergate-agent");
+  EXPECT_EQ(verify["args"][0], "verify");
+  EXPECT_EQ(verify["terminationMessagePath"], "/dev/termination-log");
+  EXPECT_EQ(verify["terminationMessagePolicy"], "File");
+  EXPECT_EQ(named(pod["volumes"], "trust-keys")["secret"]["secretName"], "model-signing-key");
+  const Json& runtime = named(pod["containers"], "runtime");
+  EXPECT_EQ(runtime["image"], "infergate/runtime-cuda:0.1.0");
+  EXPECT_EQ(runtime["readinessProbe"]["httpGet"]["path"], "/readyz");
+  EXPECT_EQ(runtime["livenessProbe"]["httpGet"]["path"], "/healthz");
+  EXPECT_EQ(runtime["resources"]["limits"]["nvidia.com/gpu"], "1");
+}
+
+TEST(RenderDeployment, IsOwnedByTheModelAndSelectsItsTrack) {
+  WorkloadSpec w = workload();
+  Json d = render_deployment(kModel, w);
+  const Json& owner = d["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "InferenceModel");
+  EXPECT_EQ(owner["apiVersion"], "serving.infergate.dev/v1alpha1");
+  EXPECT_EQ(owner["uid"], "uid-1");
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(owner["blockOwnerDeletion"], true);
+  EXPECT_EQ(d["metadata"]["namespace"], "models");
+  EXPECT_EQ(d["spec"]["replicas"], 2);
+  EXPECT_EQ(d["spec"]["selector"]["matchLabels"]["serving.infergate.dev/track"], "stable");
+  EXPECT_EQ(d["spec"]["template"]["metadata"]["labels"]["serving.infergate.dev/revision"], w.revision);
+  EXPECT_EQ(d["metadata"]["annotations"]["serving.infergate.dev/template-hash"], w.template_hash());
+  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+}
+
+TEST(RenderService, RoutesToEveryReadyPodOfTheModel) {
+  Json s = render_service(kModel, controllers::render_endpoint("glm-4-9b"));
+  EXPECT_EQ(s["spec"]["selector"], Json({{"serving.infergate.dev/model", "glm-4-9b"}}));
+  EXPECT_EQ(s["spec"]["ports"][0]["targetPort"], "http");
+  EXPECT_EQ(s["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+}
+
+TEST(TemplateHash, ChangesWithTheTemplateNotTheReplicas) {
+  WorkloadSpec a = workload();
+  WorkloadSpec b = a;
+  b.replicas = 7;
+  EXPECT_EQ(a.template_hash(), b.template_hash());
+  b.engine.container.image = "other:1";
+  EXPECT_NE(a.template_hash(), b.template_hash());
+}
+
+TEST(PodState, ReadsTheAgentVerdictAndTheRuntimeState) {
+  Json pod = Json::parse(R"({
+    "metadata": {"name": "glm-1", "labels": {"serving.infergate.dev/revision": "r1"}},
+    "spec": {"containers": [{"name": "runtime", "ports": [{"name": "http", "containerPort": 8000}]}]},
+    "status": {"phase": "Running", "podIP": "10.0.0.5",
+      "conditions": [{"type": "Ready", "status": "True"}],
+      "initContainerStatuses": [{"name": "verify", "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "message": "{\"reason\":\"Verified\"}"}}}],
+      "containerStatuses": [{"name": "runtime", "restartCount": 2, "state": {"running": {}}}]}})");
+  PodState p = pod_state(pod);
+  EXPECT_EQ(p.name, "glm-1");
+  EXPECT_EQ(p.revision, "r1");
+  EXPECT_TRUE(p.ready);
+  EXPECT_EQ(p.phase, PodState::Phase::kRunning);
+  EXPECT_EQ(p.verify.phase, VerifyState::Phase::kSucceeded);
+  EXPECT_EQ(p.verify.termination_message, "{\"reason\":\"Verified\"}");
+  EXPECT_EQ(p.restarts, 2);
+  EXPECT_EQ(p.address, "10.0.0.5:8000");
+}
+
+TEST(PodState, KeepsAFailedVerdictWhileTheAgentRestarts) {
+  Json pod = Json::parse(R"({
+    "metadata": {"name": "glm-1"},
+    "status": {"phase": "Pending",
+      "initContainerStatuses": [{"name": "verify", "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 5, "message": "{\"reason\":\"DigestMismatch\"}"}}}]}})");
+  PodState p = pod_state(pod);
+  EXPECT_EQ(p.verify.phase, VerifyState::Phase::kFailed);
+  EXPECT_EQ(p.verify.exit_code, 5);
+  EXPECT_EQ(p.verify.waiting_reason, "CrashLoopBackOff");
+  EXPECT_EQ(p.verify.restarts, 3);
+}
+
+TEST(PodState, ReportsWhyTheRuntimeIsNotRunning) {
+  Json pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "runtime",
+      "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m"}},
+      "lastState": {"terminated": {"exitCode": 3, "message": "int4 KV is not supported on this device"}}}]}})");
+  PodState p = pod_state(pod);
+  EXPECT_EQ(p.waiting_reason, "CrashLoopBackOff");
+  EXPECT_EQ(p.message, "int4 KV is not supported on this device");
+  EXPECT_FALSE(p.ready);
+}
+
+TEST(WorkloadState, KnowsWhetherTheControllerCaughtUp) {
+  Json d = {
+      {"metadata", {{"generation", 3}, {"annotations", {{"serving.infergate.dev/template-hash", "h"}}}}},
+      {"spec", {{"replicas", 2}}},
+      {"status", {{"observedGeneration", 2}, {"readyReplicas", 2}, {"updatedReplicas", 2}}}};
+  WorkloadState w = workload_state(d, {});
+  EXPECT_TRUE(w.exists);
+  EXPECT_EQ(w.template_hash, "h");
+  EXPECT_FALSE(w.observed_current);
+  d["status"]["observedGeneration"] = 3;
+  EXPECT_TRUE(workload_state(d, {}).observed_current);
+}
+
+}  // namespace
+}  // namespace infergate::op::platform
+
+namespace infergate::op::platform {
+namespace {
+
+TEST(CacheTrimming, KeepsWhatThePlatformReadsAndDropsTheRest) {
+  WorkloadSpec w = workload();
+  Json d = render_deployment(kModel, w);
+  d["metadata"]["generation"] = 2;
+  d["metadata"]["managedFields"] = Json::array({{{"manager", "x"}}});
+  d["status"] = {{"observedGeneration", 2}, {"readyReplicas", 2}, {"updatedReplicas", 2}};
+  WorkloadState before = workload_state(d, {});
+  size_t full = d.dump().size();
+  trim_deployment(d);
+  EXPECT_LT(d.dump().size(), full / 3);
+  EXPECT_FALSE(d["spec"].contains("template"));
+  EXPECT_FALSE(d["metadata"].contains("managedFields"));
+  WorkloadState after = workload_state(d, {});
+  EXPECT_EQ(after.template_hash, before.template_hash);
+  EXPECT_EQ(after.replicas, before.replicas);
+  EXPECT_EQ(after.ready_replicas, before.ready_replicas);
+  EXPECT_EQ(after.observed_current, before.observed_current);
+
+  Json pod = Json::parse(R"({"metadata": {"name": "p", "labels": {"serving.infergate.dev/revision": "r"}},
+    "spec": {"volumes": [{"name": "v"}], "containers": [{"name": "runtime", "image": "i", "args": ["a"],
+             "ports": [{"name": "http", "containerPort": 8000}]}]},
+    "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})");
+  PodState p1 = pod_state(pod);
+  trim_pod(pod);
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("args"));
+  PodState p2 = pod_state(pod);
+  EXPECT_EQ(p2.address, p1.address);
+  EXPECT_EQ(p2.ready, p1.ready);
+  EXPECT_EQ(p2.revision, p1.revision);
+}
+
+}  // namespace
+}  // namespace infergate::op::platform
