@@ -79,6 +79,57 @@ TEST(KvCpu, AppendWritesTheSameBytesAsTheReference) {
   }
 }
 
+// Every 16-bit pattern in an f16 / bf16 page and every byte in an fp8 page reads back with the
+// reference's bits on every instruction set (F16C's vcvtph2ps included): NaNs keep sign and payload
+// with the quiet bit set, as docs/quant-formats.md specifies.
+TEST(KvCpu, ReadsEveryStoredBitPatternAsTheReference) {
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3}) {
+    SCOPED_TRACE(kv_dtype_name(dt));
+    const KvPageLayout l{dt, 16, 16, 128};
+    const KvPageRegions r = kv_page_regions(l);
+    Pool p(l);
+    const int64_t n = int64_t{l.num_kv_heads} * l.page_size * l.head_dim;
+    for (int64_t i = 0; i < n; ++i) {
+      if (dt == KvDtype::kFp8E4M3) {
+        p.pages[static_cast<size_t>(r.k_data + i)] = static_cast<uint8_t>(i);
+        p.pages[static_cast<size_t>(r.v_data + i)] = static_cast<uint8_t>(255 - i);
+      } else {
+        const uint16_t kb = static_cast<uint16_t>(i), vb = static_cast<uint16_t>(i + 32768);
+        std::memcpy(p.pages.data() + r.k_data + 2 * i, &kb, 2);
+        std::memcpy(p.pages.data() + r.v_data + 2 * i, &vb, 2);
+      }
+    }
+    if (dt == KvDtype::kFp8E4M3) {
+      for (int h = 0; h < l.num_kv_heads; ++h) {
+        const float s = 0.5f + 0.25f * h;
+        std::memcpy(p.pages.data() + kv_fp8_param_offset(r.k_params, h), &s, 4);
+        std::memcpy(p.pages.data() + kv_fp8_param_offset(r.v_params, h), &s, 4);
+      }
+    }
+    std::vector<float> rk(static_cast<size_t>(n)), rv(rk.size());
+    ASSERT_TRUE(kv_read_page_ref(p.cache, 0, 16, 0, contiguous(rk.data(), 16, 16, 128),
+                                 contiguous(rv.data(), 16, 16, 128))
+                    .ok());
+    if (dt == KvDtype::kF16) {  // spot checks of the specification itself
+      uint32_t bits;
+      std::memcpy(&bits, &rk[0x7E00], 4);
+      EXPECT_EQ(bits, 0x7FC00000u);
+      std::memcpy(&bits, &rk[0x7C01], 4);
+      EXPECT_EQ(bits, 0x7FC02000u);
+      std::memcpy(&bits, &rv[0xFE00 - 32768], 4);
+      EXPECT_EQ(bits, 0xFFC00000u);
+    }
+    testing::for_each_isa([&](CpuIsa) {
+      std::vector<float> ck(rk.size()), cv(rk.size());
+      ASSERT_TRUE(kv_read_page_cpu(p.cache, 0, 16, 0, contiguous(ck.data(), 16, 16, 128),
+                                   contiguous(cv.data(), 16, 16, 128))
+                      .ok());
+      EXPECT_TRUE(testing::bit_equal(ck.data(), rk.data(), rk.size())) << "K";
+      EXPECT_TRUE(testing::bit_equal(cv.data(), rv.data(), rv.size())) << "V";
+    });
+  }
+}
+
 TEST(KvCpu, ReadsIntoStridedViews) {
   Rng rng(502);
   const KvPageLayout l{KvDtype::kInt4, 4, 2, 64};

@@ -85,7 +85,10 @@ inline ::testing::AssertionResult bit_equal(const float* got, const float* want,
     std::memcpy(&a, &got[i], 4);
     std::memcpy(&b, &want[i], 4);
     if (a != b) {
-      if (bad < 8) msg << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+      if (bad < 8) {
+        msg << "\n  [" << i << "] got " << got[i] << " (0x" << std::hex << a << ") want " << want[i] << " (0x" << b
+            << ")" << std::dec;
+      }
       ++bad;
     }
   }

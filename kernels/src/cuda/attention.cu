@@ -16,10 +16,15 @@
 //
 // attention_simple_kernel (any head_dim): one warp per query row, CUDA cores, the per-element
 // maths of formats.h. Used for head_dims the tensor-core kernel does not take.
+//
+// Decode (max_q_len == 1) with f16 / bf16 / fp8 / int8 / int4 pages of a multiple of 16 tokens runs the
+// streaming kernel of attention_decode.cuh instead, which keeps each SM's loads in flight with cp.async.
 #include <algorithm>
 
 #include "../validate.h"
+#include "attention_decode.cuh"
 #include "common.cuh"
+#include "tuning.h"
 
 #include <cuda_fp8.h>
 
@@ -45,7 +50,7 @@ __device__ float kv_element(const KvPageLayout& l, const KvPageRegions& r, const
     case KvDtype::kF16: return fp16_to_float(ld_u16(row + 2 * c));
     case KvDtype::kBF16: return bf16_to_float(ld_u16(row + 2 * c));
     case KvDtype::kFp8E4M3:
-      return *reinterpret_cast<const float*>(page + kv_fp8_param_offset(params, h)) * e4m3_to_float(row[c]);
+      return kv_fp8_dequant(row[c], *reinterpret_cast<const float*>(page + kv_fp8_param_offset(params, h)));
     case KvDtype::kInt8:
       return dequantize_int8(static_cast<int8_t>(row[c]),
                              fp16_to_float(ld_u16(page + kv_int8_param_offset(l, params, h, t))));
@@ -613,14 +618,96 @@ Plan plan(int32_t num_seqs, int32_t num_kv_heads, int64_t group, int32_t head_di
 
 }  // namespace
 
+namespace {
+
+int decode_stages(KvDtype dt) {
+  const int t = tuning().attention_stages;
+  if (t >= 2 && t <= decode::kMaxStages) return t;
+  (void)dt;
+  return 2;  // with 4 blocks of 4 warps per SM, 2 stages keep ~100 KB per SM in flight for every dtype
+}
+
+bool decode_applies(const KvCache& cache, const AttentionBatch& b, int32_t max_q_len) {
+  const KvPageLayout& l = cache.layout;
+  if (!tuning().attention_decode || max_q_len != 1 || !decode::decode_dtype(l.dtype)) return false;
+  if ((l.head_dim != 64 && l.head_dim != 128) || l.page_size % decode::kChunk != 0) return false;
+  const int64_t group = b.num_q_heads / l.num_kv_heads;
+  if (int64_t{b.num_seqs} * l.num_kv_heads > 65535 || (group + decode::kRows - 1) / decode::kRows > 65535)
+    return false;
+  return decode::decode_smem_bytes(l.dtype, l.head_dim, decode_stages(l.dtype)) <=
+         device_info().max_smem_per_block;
+}
+
+template <KvDtype DT, int D>
+Status run_decode(const KvCache& cache, const AttentionBatch& b, int32_t max_kv_len, View3<const float> q,
+                  View3<float> out, void* workspace, size_t workspace_bytes, Stream stream) {
+  const KvPageLayout& l = cache.layout;
+  const int stages = decode_stages(DT);
+  const size_t smem = static_cast<size_t>(decode::decode_smem_bytes(DT, D, stages));
+  const auto kernel = decode::attention_decode_kernel<DT, D>;
+  int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), decode::kWarps * 32, smem);
+  if (tuning().attention_blocks_per_sm > 0) per_sm = tuning().attention_blocks_per_sm;
+  const int64_t slots = int64_t{per_sm} * device_info().sm_count;
+  decode::DecodePlan p =
+      decode::plan_decode(b.num_seqs, l.num_kv_heads, b.num_q_heads / l.num_kv_heads, D, max_kv_len,
+                          b.split_tokens, slots, stages, std::max(1, tuning().attention_min_split_chunks));
+  if (p.args.splits > 1 &&
+      (workspace == nullptr || workspace_bytes < static_cast<size_t>(p.workspace_bytes))) {  // one pass
+    p.args.splits = 1;
+    p.args.chunks_per_split =
+        static_cast<int32_t>((int64_t{max_kv_len} + decode::kChunk - 1) / decode::kChunk);
+  }
+  p.args.workspace = static_cast<float*>(workspace);
+  const unsigned pairs = static_cast<unsigned>(b.num_seqs * l.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>(p.args.splits), static_cast<unsigned>(p.args.row_tiles), pairs);
+  const bool pdl = tuning().pdl;
+  INFERGATE_K_RETURN_IF_ERROR(launch_kernel(kernel, grid, dim3(decode::kWarps * 32), smem, stream, pdl,
+                                            "attention (decode)", cache, b, q, out, p.args));
+  if (p.args.splits == 1) return ok_status();
+  const dim3 mgrid(decode::kRows, static_cast<unsigned>(p.args.row_tiles), pairs);
+  return launch_kernel(decode::attention_decode_merge_kernel<D>, mgrid, dim3(D),
+                       static_cast<size_t>(decode::merge_smem_bytes(p.args.splits)), stream, pdl,
+                       "attention (decode merge)", b, l.num_kv_heads, out, p.args.row_tiles, p.args.splits,
+                       static_cast<const float*>(workspace));
+}
+
+template <int D>
+Status dispatch_decode(const KvCache& cache, const AttentionBatch& b, int32_t max_kv_len,
+                       View3<const float> q, View3<float> out, void* ws, size_t ws_bytes, Stream stream) {
+  switch (cache.layout.dtype) {
+    case KvDtype::kF16:
+      return run_decode<KvDtype::kF16, D>(cache, b, max_kv_len, q, out, ws, ws_bytes, stream);
+    case KvDtype::kBF16:
+      return run_decode<KvDtype::kBF16, D>(cache, b, max_kv_len, q, out, ws, ws_bytes, stream);
+    case KvDtype::kFp8E4M3:
+      return run_decode<KvDtype::kFp8E4M3, D>(cache, b, max_kv_len, q, out, ws, ws_bytes, stream);
+    case KvDtype::kInt8:
+      return run_decode<KvDtype::kInt8, D>(cache, b, max_kv_len, q, out, ws, ws_bytes, stream);
+    case KvDtype::kInt4:
+      return run_decode<KvDtype::kInt4, D>(cache, b, max_kv_len, q, out, ws, ws_bytes, stream);
+    case KvDtype::kInt4Kivi: break;
+  }
+  return invalid_argument("attention: the decode kernel does not take this KV dtype");
+}
+
+}  // namespace
+
 size_t attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_kv_heads,
                                  int32_t head_dim, int32_t max_q_len, int32_t max_kv_len) {
   if (num_seqs <= 0 || num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0 || head_dim <= 0 ||
       max_q_len <= 0 || max_kv_len <= 0) {
     return 0;
   }
-  return plan(num_seqs, num_kv_heads, num_q_heads / num_kv_heads, head_dim, max_q_len, max_kv_len, 0)
-      .workspace;
+  const int64_t group = num_q_heads / num_kv_heads;
+  size_t bytes = plan(num_seqs, num_kv_heads, group, head_dim, max_q_len, max_kv_len, 0).workspace;
+  if (max_q_len == 1 && (head_dim == 64 || head_dim == 128)) {
+    // The decode kernel's split for any KV dtype: at most 16 blocks of 128 threads fit an SM.
+    const int64_t slots = int64_t{16} * device_info().sm_count;
+    const decode::DecodePlan p =
+        decode::plan_decode(num_seqs, num_kv_heads, group, head_dim, max_kv_len, 0, slots, 2);
+    bytes = std::max(bytes, static_cast<size_t>(p.workspace_bytes));
+  }
+  return bytes;
 }
 
 Status attention(const KvCache& cache, const AttentionBatch& b, int32_t max_q_len, int32_t max_kv_len,
@@ -634,6 +721,10 @@ Status attention(const KvCache& cache, const AttentionBatch& b, int32_t max_q_le
   }
   const KvPageLayout& l = cache.layout;
   const int32_t d = l.head_dim;
+  if (decode_applies(cache, b, max_q_len)) {
+    if (d == 64) return dispatch_decode<64>(cache, b, max_kv_len, q, out, workspace, workspace_bytes, stream);
+    return dispatch_decode<128>(cache, b, max_kv_len, q, out, workspace, workspace_bytes, stream);
+  }
   if (d == 64 || d == 128) {
     Plan p = plan(b.num_seqs, l.num_kv_heads, b.num_q_heads / l.num_kv_heads, d, max_q_len, max_kv_len,
                   b.split_tokens);

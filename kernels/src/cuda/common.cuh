@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "infergate/kernels/cuda.h"
 #include "infergate/kernels/formats.h"
@@ -33,6 +34,36 @@ struct DeviceInfo {
 };
 // Properties of the current device (queried once per device).
 const DeviceInfo& device_info();
+
+// Blocks of `kernel` resident per SM with `threads` threads and `smem` bytes of dynamic shared memory
+// (cached per kernel and size; at least 1). Also raises the kernel's dynamic shared-memory limit to the
+// device's opt-in maximum, once, so launches above 48 KB are allowed.
+int blocks_per_sm(const void* kernel, int threads, size_t smem);
+
+// kernel<<<grid, block, smem, stream>>>(args...), checked. With `pdl` the launch carries
+// cudaLaunchAttributeProgrammaticStreamSerialization: the kernel may start while its predecessor in
+// the stream is still running, so it must pass griddepcontrol.wait (prim::grid_dep_wait) before it
+// reads anything an earlier kernel writes, and write nothing before it.
+template <class... Params, class... Args>
+Status launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Stream stream, bool pdl,
+                     const char* op, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_error(e, op);
+  }
+  return check_launch(op);
+}
 
 inline unsigned grid_for(int64_t n, int block) { return static_cast<unsigned>((n + block - 1) / block); }
 

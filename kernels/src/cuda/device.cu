@@ -1,8 +1,10 @@
 // Device discovery for the CUDA ops: how many GPUs, what they are, and the cached properties the
 // launchers size grids with.
 #include <mutex>
+#include <vector>
 
 #include "common.cuh"
+#include "tuning.h"
 
 namespace infergate::kernels::cuda {
 
@@ -60,6 +62,46 @@ const DeviceInfo& device_info() {
     info.max_smem_per_block = smem;
   }
   return info;
+}
+
+int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  struct Entry {
+    int dev;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int blocks;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  static std::vector<std::pair<int, const void*>> raised;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  const int max_smem = device_info().max_smem_per_block;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : cache) {
+    if (e.dev == dev && e.kernel == kernel && e.threads == threads && e.smem == smem) return e.blocks;
+  }
+  bool done = false;
+  for (const auto& r : raised) done = done || (r.first == dev && r.second == kernel);
+  if (!done) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem) != cudaSuccess)
+      (void)cudaGetLastError();
+    raised.emplace_back(dev, kernel);
+  }
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  if (blocks < 1) blocks = 1;
+  cache.push_back({dev, kernel, threads, smem, blocks});
+  return blocks;
+}
+
+Tuning& tuning() {
+  static Tuning t;
+  return t;
 }
 
 }  // namespace infergate::kernels::cuda

@@ -190,7 +190,7 @@ __global__ void kv_read_page_kernel(KvCache cache, int32_t page_id, int32_t fill
         case KvDtype::kF16: y = fp16_to_float(ld_u16(row + 2 * c)); break;
         case KvDtype::kBF16: y = bf16_to_float(ld_u16(row + 2 * c)); break;
         case KvDtype::kFp8E4M3:
-          y = *reinterpret_cast<const float*>(page + kv_fp8_param_offset(params, h)) * e4m3_to_float(row[c]);
+          y = kv_fp8_dequant(row[c], *reinterpret_cast<const float*>(page + kv_fp8_param_offset(params, h)));
           break;
         case KvDtype::kInt8:
           y = dequantize_int8(static_cast<int8_t>(row[c]),

@@ -13,7 +13,9 @@
 
 #include "../validate.h"
 #include "common.cuh"
+#include "gemv_stream.cuh"
 #include "infergate/kernels/cuda_layouts.h"
+#include "tuning.h"
 
 namespace infergate::kernels::cuda {
 namespace {
@@ -120,29 +122,49 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int m = 0; m < MB; ++m) acc[r][m] = 0.0f;
   }
-  for (int64_t q = lane; q < chunks; q += 32) {
-    uint4 wv[kGemvRowsPerWarp];
+  // Software pipeline: the weights (and int4 scales / zeros) of the next chunk are loaded while this
+  // one is computed, so each lane keeps 2 x 4 x 16 bytes in flight. Weights do not come from the
+  // previous kernel: the first loads go out before griddepcontrol.wait; x is read after it.
+  const auto* wbytes = static_cast<const uint8_t*>(w.data);
+  uint4 wv[kGemvRowsPerWarp], wn[kGemvRowsPerWarp];
+  uint32_t sv[kGemvRowsPerWarp] = {}, sn[kGemvRowsPerWarp] = {};  // int4: scale bits | zero << 16
+  auto load = [&](int64_t qq, uint4(&dst)[kGemvRowsPerWarp], uint32_t(&sdst)[kGemvRowsPerWarp]) {
 #pragma unroll
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
       const int64_t n = min(row0 + r, l.rows - 1);  // rows past the end repeat the last (never written)
-      wv[r] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * row_bytes) + q);
+      dst[r] = __ldg(reinterpret_cast<const uint4*>(wbytes + n * row_bytes) + qq);
+      if constexpr (is_int4(F)) {
+        const int64_t g = qq * E / l.group_size;
+        const uint32_t z = F == WeightFormat::kInt4Asym ? w.zeros[n * groups + g] : 8u;
+        sdst[r] = static_cast<uint32_t>(scales[n * groups + g]) | (z << 16);
+      }
     }
-    // int4 with 8 rows of x would hold too many values at once: one weight row at a time there.
+  };
+  prim::grid_dep_launch();
+  if (lane < chunks) load(lane, wv, sv);
+  prim::grid_dep_wait();
+  for (int64_t q = lane; q < chunks; q += 32) {
+    if (q + 32 < chunks) load(q + 32, wn, sn);
+      // int4 with 8 rows of x would hold too many values at once: one weight row at a time there.
 #pragma unroll(is_int4(F) && MB > 4 ? 1 : kGemvRowsPerWarp)
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
       if constexpr (is_int4(F)) {
-        const int64_t n = min(row0 + r, l.rows - 1), g = q * E / l.group_size;
-        const float zero = F == WeightFormat::kInt4Asym ? static_cast<float>(w.zeros[n * groups + g]) : 8.0f;
+        const float zero = static_cast<float>(sv[r] >> 16);
         float part[MB];
 #pragma unroll
         for (int m = 0; m < MB; ++m) part[m] = 0.0f;
         chunk_dot<F, MB>(wv[r], x.data, x.row_stride, mvalid, q * E, 8388608.0f + zero, part);
-        const float d = scale_to_float(scales[n * groups + g], l.scale_dtype);
+        const float d = scale_to_float(static_cast<uint16_t>(sv[r] & 0xFFFFu), l.scale_dtype);
 #pragma unroll
         for (int m = 0; m < MB; ++m) acc[r][m] = fmaf(d, part[m], acc[r][m]);
       } else {
         chunk_dot<F, MB>(wv[r], x.data, x.row_stride, mvalid, q * E, 0.0f, acc[r]);
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      wv[r] = wn[r];
+      sv[r] = sn[r];
     }
   }
   // Columns past the last full chunk, element by element (K not a multiple of E).
@@ -457,14 +479,21 @@ __global__ void __launch_bounds__(128)
 template <WeightFormat F>
 Status launch_gemv_format(View2<const float> x, const WeightView& w, const float* bias, View2<float> y,
                           int mb, Stream stream) {
-  const unsigned blocks = grid_for(w.layout.rows, kGemvWarps * kGemvRowsPerWarp);
+  const dim3 blocks(grid_for(w.layout.rows, kGemvWarps * kGemvRowsPerWarp)), threads(kGemvWarps * 32);
+  const bool pdl = tuning().pdl;
   switch (mb) {
-    case 1: gemv_kernel<F, 1><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, bias, y); break;
-    case 2: gemv_kernel<F, 2><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, bias, y); break;
-    case 4: gemv_kernel<F, 4><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, bias, y); break;
-    default: gemv_kernel<F, 8><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, bias, y); break;
+    case 1:
+      return launch_kernel(gemv_kernel<F, 1>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
+                           y);
+    case 2:
+      return launch_kernel(gemv_kernel<F, 2>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
+                           y);
+    case 4:
+      return launch_kernel(gemv_kernel<F, 4>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
+                           y);
+    default: break;
   }
-  return check_launch("linear (gemv)");
+  return launch_kernel(gemv_kernel<F, 8>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias, y);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -504,6 +533,58 @@ Status launch_mma(View2<const float> x, const WeightView& w, const void* packed,
   return check_launch("linear (int4 mma)");
 }
 
+// The streaming int4 GEMV (gemv_stream.cuh) with its row tiles per block chosen so that the grid is
+// one wave of resident blocks. *rt gets that count; *launched = false (nothing launched) when x is too
+// wide for shared memory or `only_if_rt` is set and the count differs from it.
+template <int WARPS, int P, int MINB, int TPS, bool ASYNC>
+Status launch_stream(View2<const float> x, const WeightView& w, const void* packed, const float* bias,
+                     View2<float> y, Stream stream, int32_t only_if_rt_at_least, bool* launched) {
+  const WeightLayout& l = w.layout;
+  const int32_t kb_total = static_cast<int32_t>(l.cols / kInt4MmaCols),
+                tiles = static_cast<int32_t>(l.rows / kInt4MmaRows);
+  const int32_t groups = static_cast<int32_t>(weight_groups_per_row(l));
+  const int32_t m = static_cast<int32_t>(std::min<int64_t>(x.rows, gemv::kMaxM));
+  const int32_t nkb = gemv::max_warp_kb(kb_total, WARPS),
+                ngroups = gemv::max_warp_groups(kb_total, WARPS, l.group_size);
+  const bool asym = l.format == WeightFormat::kInt4Asym;
+  const auto kernel = gemv::gemv_int4_stream_kernel<WARPS, P, MINB, TPS, ASYNC>;
+  const int32_t ring = ASYNC ? P * TPS * 512 : 0;
+  const int64_t max_smem = device_info().max_smem_per_block, sms = device_info().sm_count;
+  int32_t rt = 1;
+  int64_t smem = gemv::stream_smem(WARPS, m, nkb, ngroups, rt, groups, asym, ring).total;
+  for (int iter = 0; iter < 4 && smem <= max_smem; ++iter) {
+    const int64_t slots =
+        int64_t{blocks_per_sm(reinterpret_cast<const void*>(kernel), WARPS * 32, static_cast<size_t>(smem))} *
+        sms;
+    const int32_t want = static_cast<int32_t>((tiles + slots - 1) / slots);
+    if (want == rt) break;
+    rt = want;
+    smem = gemv::stream_smem(WARPS, m, nkb, ngroups, rt, groups, asym, ring).total;
+  }
+  *launched = smem <= max_smem && rt >= only_if_rt_at_least;
+  if (!*launched) return ok_status();
+  const int flags = aligned16(w.scales) && (!asym || aligned16(w.zeros)) ? gemv::kParamsAligned : 0;
+  const dim3 grid(static_cast<unsigned>((tiles + rt - 1) / rt));
+  return launch_kernel(kernel, grid, dim3(WARPS * 32), static_cast<size_t>(smem), stream, tuning().pdl,
+                       "linear (int4 stream)", x, w, static_cast<const uint4*>(packed), bias, y, rt, flags);
+}
+
+Status launch_stream_variant(View2<const float> x, const WeightView& w, const void* packed, const float* bias,
+                             View2<float> y, Stream stream, bool* launched) {
+  switch (tuning().gemv_variant) {
+    case 2: return launch_stream<8, 8, 2, 2, true>(x, w, packed, bias, y, stream, 0, launched);
+    case 3: return launch_stream<16, 4, 2, 2, true>(x, w, packed, bias, y, stream, 0, launched);
+    case 4: return launch_stream<8, 6, 2, 2, true>(x, w, packed, bias, y, stream, 0, launched);
+    default: break;
+  }
+  // Two row tiles per step from a register ring where every block has at least two (measured fastest on
+  // an H200 at 8192 x 8192: 18.5 us against 19.5 for the shared-memory ring); else one tile per step
+  // from a shared-memory ring (9.4 us at 4096 x 4096).
+  INFERGATE_K_RETURN_IF_ERROR((launch_stream<8, 4, 2, 2, false>(x, w, packed, bias, y, stream, 2, launched)));
+  if (*launched) return ok_status();
+  return launch_stream<8, 8, 2, 1, true>(x, w, packed, bias, y, stream, 0, launched);
+}
+
 }  // namespace
 
 Status linear(View2<const float> x, const WeightView& w, const void* int4_packed, const float* bias,
@@ -519,6 +600,12 @@ Status linear(View2<const float> x, const WeightView& w, const void* int4_packed
   if (int4_packed != nullptr) {
     if (!int4_mma_eligible(l)) {
       return invalid_argument("linear: a packed int4 weight needs rows % 16 == 0 and cols % 64 == 0");
+    }
+    if (!tuning().gemv_legacy_mma && aligned16(int4_packed)) {
+      bool launched = false;
+      INFERGATE_K_RETURN_IF_ERROR(launch_stream_variant(x, w, int4_packed, bias, y, stream, &launched));
+      if (launched) return ok_status();
+      return launch_gemv(x, w, bias, y, stream);  // x too wide to stage: the CUDA-core path
     }
     const int64_t tiles = l.rows / 16, sms = device_info().sm_count;
     // Enough blocks to cover the GPU a few times over; more row tiles per block when there are

@@ -120,7 +120,7 @@ void read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64_t 
       break;
     case KvDtype::kFp8E4M3: {
       const float s = get_f32(page + kv_fp8_param_offset(params, h));
-      for (int64_t c = 0; c < d; ++c) y[c] = s * e4m3_to_float(row[c]);
+      for (int64_t c = 0; c < d; ++c) y[c] = kv_fp8_dequant(row[c], s);
       break;
     }
     case KvDtype::kInt8: {

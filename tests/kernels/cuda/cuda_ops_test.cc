@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/tuning.h"
 #include "infergate/kernels/cuda.h"
 #include "infergate/kernels/cuda_layouts.h"
 #include "infergate/kernels/ref.h"
@@ -339,6 +340,61 @@ TEST_F(CudaOps, LinearMatchesTheReferenceOnEveryPath) {
   }
 }
 
+// The packed int4 GEMV in every variant of the streaming kernel and in the older kernel: several row
+// tiles per block (8192 rows), K not a multiple of the group, fewer k blocks than warps, scales and
+// zeros off 16-byte alignment (copied element by element), x rows off 16-byte alignment.
+TEST_F(CudaOps, PackedInt4LinearMatchesTheReferenceInEveryKernelVariant) {
+  Rng rng(712);
+  SCOPED_TRACE(rng.trace());
+  const WeightLayout layouts[] = {{WeightFormat::kInt4Sym, 8192, 512, 64, ScaleDtype::kF16},
+                                  {WeightFormat::kInt4Asym, 48, 192, 128, ScaleDtype::kBF16},
+                                  {WeightFormat::kInt4Asym, 32, 64, 32, ScaleDtype::kF16},
+                                  {WeightFormat::kInt4Sym, 256, 2048, 128, ScaleDtype::kF16}};
+  const cuda::Tuning saved = cuda::tuning();
+  for (const WeightLayout& l : layouts) {
+    const HostWeight h = make_weight(rng, l);
+    std::vector<uint8_t> packed_host(h.data.size());
+    ok(cuda::pack_int4_for_mma_host(h.view(), packed_host.data()));
+    DeviceBuffer data(h.data), packed(packed_host);
+    // Scales 2 bytes and zeros 1 byte past the start of their buffers, and at the start.
+    DeviceBuffer scales(h.scales.size() * 2 + 16), zeros(h.zeros.size() + 16);
+    const std::vector<float> bias = rng.normals(static_cast<size_t>(l.rows));
+    DeviceBuffer dbias(bias);
+    for (bool aligned : {true, false}) {
+      uint8_t* sp = scales.get<uint8_t>() + (aligned ? 0 : 2);
+      uint8_t* zp = zeros.get<uint8_t>() + (aligned ? 0 : 1);
+      ASSERT_EQ(cudaMemcpy(sp, h.scales.data(), h.scales.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      if (!h.zeros.empty()) {
+        ASSERT_EQ(cudaMemcpy(zp, h.zeros.data(), h.zeros.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      }
+      const WeightView dv{l, data.get(), sp, h.zeros.empty() ? nullptr : zp};
+      for (int variant : {0, 1, 2, 3, 4, -1}) {
+        cuda::tuning() = saved;
+        if (variant >= 0) cuda::tuning().gemv_variant = variant;
+        cuda::tuning().gemv_legacy_mma = variant < 0;
+        for (int64_t m : {1, 3, 8}) {
+          SCOPED_TRACE(::testing::Message() << weight_format_name(l.format) << " " << l.rows << "x" << l.cols
+                                            << " G" << l.group_size << " M" << m << " variant " << variant
+                                            << (aligned ? "" : " unaligned"));
+          const int64_t stride = l.cols + (aligned ? 0 : 1);
+          std::vector<float> x(static_cast<size_t>(m * stride)), xc(static_cast<size_t>(m * l.cols));
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t k = 0; k < l.cols; ++k) x[i * stride + k] = xc[i * l.cols + k] = rng.normal();
+          }
+          std::vector<float> want(static_cast<size_t>(m * l.rows));
+          ok(linear_ref(contiguous<const float>(xc.data(), m, l.cols), h.view(), bias.data(),
+                        contiguous(want.data(), m, l.rows)));
+          DeviceBuffer dx(x), dy(want.size() * 4);
+          ok(cuda::linear({dx.get<float>(), m, l.cols, stride}, dv, packed.get(), dbias.get<float>(),
+                          contiguous(dy.get<float>(), m, l.rows), nullptr));
+          EXPECT_TRUE(linear_close(h, xc, m, dy.download<float>(want.size()), want, 3e-3));
+        }
+      }
+    }
+  }
+  cuda::tuning() = saved;
+}
+
 // ---- KV cache ----
 
 constexpr KvDtype kAllDtypes[] = {KvDtype::kF16,  KvDtype::kBF16, KvDtype::kFp8E4M3,
@@ -400,6 +456,47 @@ TEST_F(CudaOps, KvAppendWritesTheReferencesBytesAndReadsBackBitIdentically) {
   }
 }
 
+// Every 16-bit pattern stored in an f16 or bf16 page, and every byte in an fp8 page, reads back with the
+// reference's bits: NaN payloads and signs included (docs/quant-formats.md: fp16 NaN -> quiet NaN with
+// its payload, as vcvtph2ps).
+TEST_F(CudaOps, KvReadPageGivesTheReferencesBitsForEveryStoredPattern) {
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3}) {
+    SCOPED_TRACE(kv_dtype_name(dt));
+    const KvPageLayout l{dt, 16, 16, 128};  // 16 x 16 x 128 = 32768 elements per side
+    const KvPageRegions r = kv_page_regions(l);
+    std::vector<uint8_t> page(static_cast<size_t>(kv_page_bytes(l)), 0);
+    const int64_t n = int64_t{l.num_kv_heads} * l.page_size * l.head_dim;
+    for (int64_t i = 0; i < n; ++i) {
+      if (dt == KvDtype::kFp8E4M3) {
+        page[static_cast<size_t>(r.k_data + i)] = static_cast<uint8_t>(i);
+        page[static_cast<size_t>(r.v_data + i)] = static_cast<uint8_t>(255 - i);
+      } else {
+        const uint16_t kb = static_cast<uint16_t>(i), vb = static_cast<uint16_t>(i + 32768);
+        std::memcpy(page.data() + r.k_data + 2 * i, &kb, 2);
+        std::memcpy(page.data() + r.v_data + 2 * i, &vb, 2);
+      }
+    }
+    if (dt == KvDtype::kFp8E4M3) {
+      for (int h = 0; h < l.num_kv_heads; ++h) {
+        const float s = 0.5f + 0.25f * h;
+        std::memcpy(page.data() + kv_fp8_param_offset(r.k_params, h), &s, 4);
+        std::memcpy(page.data() + kv_fp8_param_offset(r.v_params, h), &s, 4);
+      }
+    }
+    std::vector<uint8_t> stage(16);
+    KvCache hc{l, page.data(), 1, stage.data(), 1, nullptr, nullptr};
+    DeviceBuffer dpage(page), dstage(stage);
+    KvCache dc{l, dpage.get<uint8_t>(), 1, dstage.get<uint8_t>(), 1, nullptr, nullptr};
+    std::vector<float> rk(static_cast<size_t>(n)), rv(rk.size());
+    ok(kv_read_page_ref(hc, 0, 16, 0, contiguous(rk.data(), 16, 16, 128), contiguous(rv.data(), 16, 16, 128)));
+    DeviceBuffer gk(rk.size() * 4), gv(rv.size() * 4);
+    ok(cuda::kv_read_page(dc, 0, 16, 0, contiguous(gk.get<float>(), 16, 16, 128),
+                          contiguous(gv.get<float>(), 16, 16, 128), nullptr));
+    EXPECT_TRUE(testing::bit_equal(gk.download<float>(rk.size()).data(), rk.data(), rk.size())) << "K";
+    EXPECT_TRUE(testing::bit_equal(gv.download<float>(rv.size()).data(), rv.data(), rv.size())) << "V";
+  }
+}
+
 // ---- attention ----
 
 struct AttnCase {
@@ -423,8 +520,9 @@ void run_attention_case(Rng& rng, const AttnCase& a, bool with_workspace) {
     max_kv = std::max(max_kv, a.kv[s]);
     max_q = std::max(max_q, a.q[s]);
   }
-  std::vector<uint8_t> pages(static_cast<size_t>(total_pages * kv_page_bytes(l)), 0);
-  std::vector<uint8_t> stage(static_cast<size_t>(std::max<int64_t>(16, seqs * kv_staging_bytes(l))), 0);
+  // Bytes no token wrote are NaN in every format (0xFF): a kernel that lets them into a sum fails.
+  std::vector<uint8_t> pages(static_cast<size_t>(total_pages * kv_page_bytes(l)), 0xFF);
+  std::vector<uint8_t> stage(static_cast<size_t>(std::max<int64_t>(16, seqs * kv_staging_bytes(l))), 0xFF);
   std::vector<float> ks, vs;
   for (int h = 0; h < a.hk; ++h) {
     ks.push_back(0.01f);
@@ -514,6 +612,43 @@ TEST_F(CudaOps, AttentionSplitsAutomaticallyWithAWorkspaceAndMatchesTheUnsplitRe
   Rng rng(708);
   for (KvDtype dt : {KvDtype::kInt8, KvDtype::kFp8E4M3})
     run_attention_case(rng, {dt, 16, 8, 32, 128, {4096}, {1}, 0}, true);
+}
+
+// The decode kernel (attention_decode.cuh: one query token per sequence, pages of a multiple of 16
+// tokens) against the reference for each dtype it takes, with its automatic splits and without a
+// workspace, GQA groups of 1 to 12 (two row tiles), both head dims, 32-token pages, short and partial
+// last chunks, and every pipeline depth; and the general kernel on the same decode batches.
+TEST_F(CudaOps, DecodeAttentionMatchesTheReferenceForEveryShapeAndPipelineDepth) {
+  Rng rng(710);
+  SCOPED_TRACE(rng.trace());
+  const cuda::Tuning saved = cuda::tuning();
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
+    run_attention_case(rng, {dt, 16, 8, 32, 128, {1, 15, 16, 17, 300, 1000, 2049}, {1, 1, 1, 1, 1, 1, 1}, 0},
+                       true);
+    run_attention_case(rng, {dt, 32, 2, 24, 64, {700, 33}, {1, 1}, 0}, true);    // GQA 12: two row tiles
+    run_attention_case(rng, {dt, 16, 4, 4, 128, {5000, 64}, {1, 1}, 0}, true);  // no GQA
+    run_attention_case(rng, {dt, 16, 2, 14, 64, {3000, 129}, {1, 1}, 192}, true);  // forced split, GQA 7
+  }
+  for (int stages : {2, 3, 4, 6, 8}) {
+    cuda::tuning().attention_stages = stages;
+    SCOPED_TRACE(::testing::Message() << stages << " stages");
+    run_attention_case(rng, {KvDtype::kInt8, 16, 8, 32, 128, {4100, 77}, {1, 1}, 0}, true);
+    run_attention_case(rng, {KvDtype::kF16, 16, 8, 32, 128, {999}, {1}, 0}, true);
+  }
+  cuda::tuning() = saved;
+  cuda::tuning().attention_decode = false;  // the general kernel on decode batches
+  for (KvDtype dt : {KvDtype::kInt8, KvDtype::kFp8E4M3})
+    run_attention_case(rng, {dt, 16, 8, 32, 128, {4096, 100}, {1, 1}, 0}, true);
+  cuda::tuning() = saved;
+}
+
+// The same results with programmatic dependent launch off (plain launches).
+TEST_F(CudaOps, StreamingKernelsGiveTheSameResultsWithoutProgrammaticLaunch) {
+  Rng rng(711);
+  const cuda::Tuning saved = cuda::tuning();
+  cuda::tuning().pdl = false;
+  run_attention_case(rng, {KvDtype::kInt8, 16, 8, 32, 128, {3000}, {1}, 0}, true);
+  cuda::tuning() = saved;
 }
 
 // ---- element-wise ----

@@ -274,6 +274,14 @@ INFERGATE_HD uint8_t kv_fp8_code(float x, float inv_s) {
   return e4m3_from_float(x * inv_s);
 }
 
+// fp8 read back: x = s[h] * e4m3(code). A NaN code (0x7F / 0xFF, never written by kv_append) reads as
+// the quiet NaN of its sign, 0x7FC00000 / 0xFFC00000, on every implementation (a GPU multiply would
+// return its canonical NaN instead).
+INFERGATE_HD float kv_fp8_dequant(uint8_t code, float s) {
+  const float v = e4m3_to_float(code);
+  return (code & 0x7Fu) == 0x7Fu ? v : s * v;
+}
+
 // int4 asymmetric over a group with finite range [lo, hi]: m = lo rounded down to fp16,
 // d = (hi - m) / 15 rounded up to fp16; both clamped to the fp16 range first.
 INFERGATE_HD KvInt4Params kv_int4_params(float lo, float hi) {

@@ -80,15 +80,22 @@ INFERGATE_HD uint16_t fp16_from_float(float f) {
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 
-// fp16 -> fp32, exact.
+// fp16 -> fp32, exact. A NaN converts as IEEE 754 and x86's vcvtph2ps convert it: sign and payload
+// kept (the payload moves to the top mantissa bits) and the quiet bit set, so 0x7E00 -> 0x7FC00000 and
+// the signalling 0x7C01 -> 0x7FC02000. The device's cvt.f32.f16 returns the canonical NaN 0x7FFFFFFF
+// instead, so NaNs take the software path there: every implementation reads the same bits.
 INFERGATE_HD float fp16_to_float(uint16_t h) {
 #if defined(__CUDA_ARCH__)
+  if ((h & 0x7C00u) == 0x7C00u && (h & 0x03FFu) != 0u) {
+    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7FC00000u |
+                           (static_cast<uint32_t>(h & 0x03FFu) << 13));
+  }
   return __half2float(__ushort_as_half(h));
 #else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1Fu;
   const uint32_t m = h & 0x3FFu;
-  if (e == 0x1F) return bits_to_float(sign | 0x7F800000u | (m << 13));
+  if (e == 0x1F) return bits_to_float(sign | 0x7F800000u | (m << 13) | (m != 0 ? 0x00400000u : 0u));
   if (e == 0) {
     const float v = static_cast<float>(m) * 5.9604644775390625e-08f;  // m * 2^-24, exact
     return sign ? -v : v;

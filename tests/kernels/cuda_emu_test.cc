@@ -1,0 +1,322 @@
+// The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), run on the
+// CPU emulator of the CUDA execution model (emu/cuda_emu.h) against the scalar references: their
+// indexing, cp.async pipelines (both legal completion orders), masking, softmax and merges are checked
+// on every machine, GPU or not. The same kernels run on the GPU in kernels_cuda_tests.
+#define INFERGATE_CUDA_EMU 1
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <vector>
+
+#include "cuda/attention_decode.cuh"
+#include "cuda/gemv_stream.cuh"
+#include "infergate/kernels/cuda_layouts.h"
+#include "infergate/kernels/ref.h"
+#include "kernels/test_util.h"
+
+namespace infergate::kernels {
+namespace {
+
+using testing::Rng;
+
+// ---- int4 GEMV ----
+
+struct Weight {
+  WeightLayout layout;
+  std::vector<uint8_t> data, zeros, packed;
+  std::vector<uint16_t> scales;
+  WeightView view() const {
+    return {layout, data.data(), scales.data(), zeros.empty() ? nullptr : zeros.data()};
+  }
+};
+
+Weight make_int4(Rng& rng, const WeightLayout& l) {
+  Weight w;
+  w.layout = l;
+  const WeightBytes b = weight_bytes(l);
+  w.data.resize(static_cast<size_t>(b.data));
+  w.scales.resize(static_cast<size_t>(b.scales / 2));
+  w.zeros.resize(static_cast<size_t>(b.zeros));
+  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+  if (l.format == WeightFormat::kInt4Asym) {
+    for (auto& x : src) x += 0.02f;
+  }
+  EXPECT_TRUE(
+      quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
+                          {w.data.data(), w.scales.data(), w.zeros.empty() ? nullptr : w.zeros.data()})
+          .ok());
+  // The mma packing, from its element map (cuda_layouts.h), independently of the library's packer.
+  w.packed.assign(w.data.size(), 0);
+  for (int64_t r = 0; r < l.rows; ++r) {
+    for (int64_t k = 0; k < l.cols; ++k) {
+      int64_t off;
+      int nib;
+      int4_mma_locate(l.cols, r, k, &off, &nib);
+      const uint32_t code = int4_get(w.data.data() + r * weight_row_bytes(l), k);
+      w.packed[static_cast<size_t>(off + nib / 2)] |= static_cast<uint8_t>(code << (4 * (nib % 2)));
+    }
+  }
+  return w;
+}
+
+// |y - ref| <= tol * sum_k |x_k w_k| + 1e-6 for every output, and nothing non-finite.
+::testing::AssertionResult linear_close(const Weight& w, const std::vector<float>& x, int64_t m,
+                                        const std::vector<float>& got, const std::vector<float>& want,
+                                        double tol) {
+  const int64_t n_out = w.layout.rows, k_in = w.layout.cols;
+  std::vector<float> dq(static_cast<size_t>(n_out * k_in));
+  if (!dequantize_weight_ref(w.view(), contiguous(dq.data(), n_out, k_in)).ok())
+    return ::testing::AssertionFailure() << "dequantize failed";
+  int bad = 0;
+  std::ostringstream msg;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t n = 0; n < n_out; ++n) {
+      double mag = 0;
+      for (int64_t k = 0; k < k_in; ++k)
+        mag += std::fabs(static_cast<double>(x[i * k_in + k]) * dq[n * k_in + k]);
+      const float g = got[i * n_out + n], r = want[i * n_out + n];
+      if (!std::isfinite(g) || std::fabs(g - r) > tol * mag + 1e-6) {
+        if (bad++ < 8)
+          msg << "\n  y[" << i << "," << n << "] = " << g << ", reference " << r << " (magnitude " << mag
+              << ")";
+      }
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " outputs differ" << msg.str();
+}
+
+struct GemvCase {
+  WeightLayout layout;
+  int64_t m;
+  int64_t slots;        // resident blocks assumed (sets the row tiles per block)
+  bool params_aligned;  // cp.async copies of the scales, or element copies
+  bool x_padded;        // x rows a few floats longer than K
+};
+
+template <int WARPS, int P, int TPS, bool ASYNC>
+void run_gemv(Rng& rng, const GemvCase& c) {
+  const WeightLayout& l = c.layout;
+  SCOPED_TRACE(::testing::Message() << "warps " << WARPS << " depth " << P << " tiles/step " << TPS
+                                    << (ASYNC ? " cp.async ring " : " register ring ")
+                                    << weight_format_name(l.format) << " " << l.rows << "x" << l.cols << " G"
+                                    << l.group_size << " M" << c.m << " slots " << c.slots
+                                    << (c.params_aligned ? "" : " unaligned-params")
+                                    << (c.x_padded ? " strided-x" : ""));
+  const Weight w = make_int4(rng, l);
+  const int64_t x_stride = l.cols + (c.x_padded ? 3 : 0);
+  std::vector<float> x(static_cast<size_t>(c.m * x_stride)), xc(static_cast<size_t>(c.m * l.cols));
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t k = 0; k < l.cols; ++k) x[i * x_stride + k] = xc[i * l.cols + k] = rng.normal(1.0f);
+  }
+  const std::vector<float> bias = rng.normals(static_cast<size_t>(l.rows));
+  std::vector<float> want(static_cast<size_t>(c.m * l.rows)), got(want.size(), NAN);
+  ASSERT_TRUE(linear_ref(contiguous<const float>(xc.data(), c.m, l.cols), w.view(), bias.data(),
+                         contiguous(want.data(), c.m, l.rows))
+                  .ok());
+  const int32_t kb_total = static_cast<int32_t>(l.cols / 64), tiles = static_cast<int32_t>(l.rows / 16);
+  const int32_t groups = static_cast<int32_t>(weight_groups_per_row(l));
+  const int32_t rt = static_cast<int32_t>((tiles + c.slots - 1) / c.slots);
+  const int32_t nkb = cuda::gemv::max_warp_kb(kb_total, WARPS);
+  const int32_t ngroups = cuda::gemv::max_warp_groups(kb_total, WARPS, l.group_size);
+  const bool asym = l.format == WeightFormat::kInt4Asym;
+  const int32_t smem = cuda::gemv::stream_smem(WARPS, static_cast<int32_t>(c.m), nkb, ngroups, rt, groups,
+                                               asym, ASYNC ? P * TPS * 512 : 0)
+                           .total;
+  const int flags = c.params_aligned ? cuda::gemv::kParamsAligned : 0;
+  const View2<const float> xv{x.data(), c.m, l.cols, x_stride};
+  const View2<float> yv = contiguous(got.data(), c.m, l.rows);
+  const WeightView wv = w.view();
+  emu::launch({static_cast<unsigned>((tiles + rt - 1) / rt)}, {WARPS * 32}, static_cast<size_t>(smem), [&] {
+    cuda::gemv::gemv_int4_stream_kernel<WARPS, P, 2, TPS, ASYNC>(
+        xv, wv, reinterpret_cast<const uint4*>(w.packed.data()), bias.data(), yv, rt, flags);
+  });
+  EXPECT_TRUE(linear_close(w, xc, c.m, got, want, 3e-3));
+}
+
+TEST(CudaEmuGemv, StreamingInt4GemvMatchesTheReference) {
+  Rng rng(801);
+  SCOPED_TRACE(rng.trace());
+  // clang-format off
+  const GemvCase cases[] = {
+      {{WeightFormat::kInt4Sym, 64, 512, 128, ScaleDtype::kF16}, 1, 2, true, false},    // 2 tiles per block
+      {{WeightFormat::kInt4Asym, 48, 256, 32, ScaleDtype::kBF16}, 3, 8, true, false},   // 1 tile per block
+      {{WeightFormat::kInt4Sym, 32, 192, 128, ScaleDtype::kF16}, 8, 1, true, true},     // K not a multiple of G
+      {{WeightFormat::kInt4Asym, 16, 64, 64, ScaleDtype::kF16}, 2, 1, false, false},    // fewer k blocks than warps
+      {{WeightFormat::kInt4Asym, 80, 1024, 64, ScaleDtype::kF16}, 5, 2, false, true},   // 3 tiles per block
+      {{WeightFormat::kInt4Sym, 32, 1088, 32, ScaleDtype::kF16}, 7, 1, true, true},     // slices not group-aligned
+      // Long enough for every warp's pipeline to refill many times (16+ steps per warp).
+      {{WeightFormat::kInt4Asym, 64, 8192, 128, ScaleDtype::kF16}, 1, 2, true, false},  // 2 tiles per block
+      {{WeightFormat::kInt4Sym, 48, 4160, 64, ScaleDtype::kBF16}, 2, 1, true, false},   // 3 tiles, 65 k blocks
+  };
+  // clang-format on
+  for (bool immediate : {false, true}) {
+    emu::g_cp_immediate = immediate;
+    for (const GemvCase& c : cases) {
+      run_gemv<8, 8, 2, true>(rng, c);
+      run_gemv<8, 8, 1, true>(rng, c);
+    }
+  }
+  emu::g_cp_immediate = false;
+  for (const GemvCase& c : cases) run_gemv<8, 4, 2, false>(rng, c);
+  run_gemv<16, 4, 2, true>(rng, cases[0]);
+  run_gemv<16, 4, 2, true>(rng, cases[4]);
+  run_gemv<8, 6, 2, true>(rng, cases[5]);
+}
+
+// ---- decode attention ----
+
+struct DecodeCase {
+  KvDtype dtype;
+  int32_t page, hk, hq, dim;
+  std::vector<int32_t> kv;
+  std::vector<int32_t> q;  // query tokens per sequence: 1, or 0 for a sequence with none this step
+  int32_t split_tokens;    // forced split, 0 = by slots
+  int64_t slots;
+  int stages;
+};
+
+template <KvDtype DT, int D>
+void run_decode_typed(Rng& rng, const DecodeCase& a) {
+  SCOPED_TRACE(::testing::Message() << kv_dtype_name(a.dtype) << " page " << a.page << " heads " << a.hq
+                                    << "/" << a.hk << " dim " << a.dim << " split " << a.split_tokens
+                                    << " slots " << a.slots << " stages " << a.stages
+                                    << (emu::g_cp_immediate ? " cp-immediate" : " cp-deferred"));
+  const KvPageLayout l{a.dtype, a.page, a.hk, a.dim};
+  const int32_t seqs = static_cast<int32_t>(a.kv.size());
+  int32_t max_pages = 1, total_pages = 2, max_kv = 1;
+  for (int32_t s = 0; s < seqs; ++s) {
+    const int32_t p = (a.kv[s] + a.page - 1) / a.page;
+    max_pages = std::max(max_pages, p);
+    total_pages += p;
+    max_kv = std::max(max_kv, a.kv[s]);
+  }
+  // Unwritten bytes are NaN in every format (0xFF): a kernel that lets them into a sum fails.
+  std::vector<uint8_t> pages(static_cast<size_t>(total_pages * kv_page_bytes(l)), 0xFF);
+  std::vector<uint8_t> stage(16);
+  std::vector<float> ks, vs;
+  for (int h = 0; h < a.hk; ++h) {
+    ks.push_back(rng.uniform(0.005f, 0.02f));
+    vs.push_back(rng.uniform(0.005f, 0.02f));
+  }
+  KvCache cache{l, pages.data(), total_pages, stage.data(), 1, ks.data(), vs.data()};
+  std::vector<int32_t> ids(static_cast<size_t>(total_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng.engine());
+  std::vector<int32_t> table(static_cast<size_t>(seqs * max_pages), 0), q_start = {0}, sids(seqs, 0);
+  size_t next = 0;
+  for (int32_t s = 0; s < seqs; ++s) {
+    for (int32_t p = 0; p * a.page < a.kv[s]; ++p) table[s * max_pages + p] = ids[next++];
+    const int64_t row = int64_t{a.hk} * a.dim;
+    std::vector<float> k = rng.normals(static_cast<size_t>(a.kv[s] * row), 1.0f), v = rng.normals(k.size());
+    for (int64_t t = 0; t < a.kv[s]; ++t) k[t * row] += 3.0f;  // an outlier channel
+    std::vector<int32_t> pid, slot, win;
+    for (int32_t t = 0; t < a.kv[s]; ++t) {
+      pid.push_back(table[s * max_pages + t / a.page]);
+      slot.push_back(t % a.page);
+      win.push_back(0);
+    }
+    ASSERT_TRUE(kv_append_ref(cache, {contiguous<const float>(k.data(), a.kv[s], a.hk, a.dim),
+                                      contiguous<const float>(v.data(), a.kv[s], a.hk, a.dim), pid.data(),
+                                      slot.data(), win.data()})
+                    .ok());
+    q_start.push_back(q_start.back() + a.q[s]);
+  }
+  const int64_t tokens = q_start.back();
+  const std::vector<float> q = rng.normals(static_cast<size_t>(tokens * a.hq * a.dim));
+  AttentionBatch b;
+  b.num_seqs = seqs;
+  b.num_q_heads = a.hq;
+  b.scale = 1.0f / std::sqrt(static_cast<float>(a.dim));
+  b.q_start = q_start.data();
+  b.kv_len = a.kv.data();
+  b.block_table = table.data();
+  b.max_pages_per_seq = max_pages;
+  b.staging_ids = sids.data();
+  b.split_tokens = a.split_tokens;
+  std::vector<float> want(q.size()), got(q.size(), NAN);
+  ASSERT_TRUE(attention_ref(cache, b, contiguous<const float>(q.data(), tokens, a.hq, a.dim),
+                            contiguous(want.data(), tokens, a.hq, a.dim))
+                  .ok());
+
+  namespace dec = cuda::decode;
+  dec::DecodePlan p =
+      dec::plan_decode(seqs, a.hk, a.hq / a.hk, a.dim, max_kv, a.split_tokens, a.slots, a.stages);
+  std::vector<float> ws(static_cast<size_t>(std::max<int64_t>(1, p.workspace_bytes / 4)), NAN);
+  p.args.workspace = ws.data();
+  const unsigned pairs = static_cast<unsigned>(seqs * a.hk);
+  const View3<const float> qv = contiguous<const float>(q.data(), tokens, a.hq, a.dim);
+  const View3<float> ov = contiguous(got.data(), tokens, a.hq, a.dim);
+  const int64_t smem = dec::decode_smem_bytes(DT, D, a.stages);
+  emu::launch({static_cast<unsigned>(p.args.splits), static_cast<unsigned>(p.args.row_tiles), pairs},
+              {dec::kWarps * 32}, static_cast<size_t>(smem),
+              [&] { dec::attention_decode_kernel<DT, D>(cache, b, qv, ov, p.args); });
+  if (p.args.splits > 1) {
+    emu::launch({dec::kRows, static_cast<unsigned>(p.args.row_tiles), pairs}, {D},
+                static_cast<size_t>(dec::merge_smem_bytes(p.args.splits)), [&] {
+                  dec::attention_decode_merge_kernel<D>(b, a.hk, ov, p.args.row_tiles, p.args.splits,
+                                                        ws.data());
+                });
+  }
+  EXPECT_TRUE(testing::all_finite(got));
+  const float rtol = a.dtype == KvDtype::kBF16 ? 3e-2f : 1e-2f;
+  EXPECT_TRUE(testing::all_close(got, want, rtol / 2, rtol))
+      << "splits " << p.args.splits << " chunks/split " << p.args.chunks_per_split;
+}
+
+template <int D>
+void run_decode_dim(Rng& rng, const DecodeCase& a) {
+  switch (a.dtype) {
+    case KvDtype::kF16: return run_decode_typed<KvDtype::kF16, D>(rng, a);
+    case KvDtype::kBF16: return run_decode_typed<KvDtype::kBF16, D>(rng, a);
+    case KvDtype::kFp8E4M3: return run_decode_typed<KvDtype::kFp8E4M3, D>(rng, a);
+    case KvDtype::kInt8: return run_decode_typed<KvDtype::kInt8, D>(rng, a);
+    case KvDtype::kInt4: return run_decode_typed<KvDtype::kInt4, D>(rng, a);
+    case KvDtype::kInt4Kivi: break;
+  }
+  FAIL() << "no decode kernel for " << kv_dtype_name(a.dtype);
+}
+
+void run_decode(Rng& rng, const DecodeCase& a) {
+  if (a.dim == 64) return run_decode_dim<64>(rng, a);
+  return run_decode_dim<128>(rng, a);
+}
+
+constexpr KvDtype kDecodeDtypes[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8,
+                                     KvDtype::kInt4};
+
+TEST(CudaEmuDecode, EveryKvDtypeMatchesTheReferenceWithAndWithoutSplits) {
+  Rng rng(802);
+  SCOPED_TRACE(rng.trace());
+  for (KvDtype dt : kDecodeDtypes) {
+    // Several sequences of different lengths (a partial last chunk, a single token), GQA 4, split
+    // across 3 pieces of the longest one; then one pass per sequence.
+    run_decode(rng, {dt, 16, 2, 8, 128, {100, 1, 37}, {1, 1, 1}, 0, 8, 2});
+    run_decode(rng, {dt, 32, 1, 4, 64, {70, 33}, {1, 1}, 0, 1000, 3});
+  }
+}
+
+TEST(CudaEmuDecode, CoversRowTilesForcedSplitsPipelineDepthsAndEmptySequences) {
+  Rng rng(803);
+  SCOPED_TRACE(rng.trace());
+  for (bool immediate : {false, true}) {
+    emu::g_cp_immediate = immediate;
+    // One long sequence in one block: every warp refills its ring many times (63 chunks).
+    run_decode(rng, {KvDtype::kInt8, 16, 1, 4, 128, {1000}, {1}, 0, 1, 2});
+    run_decode(rng, {KvDtype::kFp8E4M3, 16, 1, 4, 64, {1000}, {1}, 0, 1, 3});
+    // 12 query heads per KV head: two row tiles; a forced split of 64 tokens; 4 stages.
+    run_decode(rng, {KvDtype::kInt8, 16, 1, 12, 64, {150}, {1}, 64, 1, 4});
+    // Sequence 1 has no query token this step; one query head per KV head.
+    run_decode(rng, {KvDtype::kFp8E4M3, 16, 2, 2, 128, {40, 90, 17}, {1, 0, 1}, 0, 4, 2});
+  }
+  emu::g_cp_immediate = false;
+  run_decode(rng, {KvDtype::kInt4, 16, 1, 8, 128, {16, 15}, {1, 1}, 0, 16, 3});  // exact and short chunks
+}
+
+}  // namespace
+}  // namespace infergate::kernels
