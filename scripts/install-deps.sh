@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 packages=(
   # toolchain
   build-essential cmake pkg-config git curl ca-certificates unzip xz-utils
-  clang libclang-rt-14-dev clang-format clang-tidy
+  clang libclang-rt-14-dev clang-format clang-tidy ccache
   # libraries chosen by the project's users
   libcpprest-dev libyaml-cpp-dev libssl-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
