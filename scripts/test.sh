@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: installs dependencies, builds everything (the CUDA sources
 # too when nvcc exists), and runs every CTest label. GPU tests skip themselves where no GPU exists.
+# Then, for the whole suite (no arguments), the sanitizer job: the unit tests of the code that reads
+# untrusted bytes under ASan + UBSan, and every libFuzzer target for a bounded time (scripts/fuzz.sh;
+# INFERGATE_FUZZ_SECONDS per target, default 30; 0 skips it).
 # Usage: scripts/test.sh [extra ctest arguments, e.g. -L unit]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,3 +14,7 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" "$@"
+fuzz_seconds=${INFERGATE_FUZZ_SECONDS:-30}
+if [ $# -eq 0 ] && [ "$fuzz_seconds" != 0 ]; then
+  ./scripts/fuzz.sh "$fuzz_seconds"
+fi
