@@ -63,6 +63,7 @@ std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::Model> model, c
   CpuBackendOptions bo;
   bo.weight_format = s.weight_format;
   bo.reference_ops = s.reference_ops;
+  bo.smooth_keys = s.smooth_keys;
   auto b = make_cpu_backend(model, bo);
   if (!b.ok()) {
     ADD_FAILURE() << b.error().to_string();

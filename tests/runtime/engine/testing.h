@@ -35,6 +35,7 @@ struct EngineSetup {
   int64_t max_context = 256;
   int64_t num_blocks = 0;
   bool reference_ops = false;
+  bool smooth_keys = false;
 };
 std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::Model> model, const EngineSetup& s);
 std::unique_ptr<Engine> make_engine(const std::filesystem::path& dir, const EngineSetup& s);
