@@ -246,3 +246,41 @@ TEST(Quality, CompareEnginesScoresBothOnTheSamePrompts) {
 
 }  // namespace
 }  // namespace infergate::runtime::engine
+
+namespace infergate::runtime::engine {
+namespace {
+using namespace testing;
+
+class SmoothingTest : public ::testing::TestWithParam<m::Architecture> {};
+
+TEST_P(SmoothingTest, KeepsScoresExactAndHelpsInt8KeysOnEveryArchitecture) {
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(GetParam(), 8);
+  o.hidden = 128;
+  o.outlier_channels = 2;
+  auto path = make_model(dir.path() / "m", o);
+  const std::vector<int32_t> prompt = {5,  61, 200, 17, 3, 99, 250, 31, 8, 140,
+                                       77, 12, 1,   2,  3, 4,  300, 41, 9, 10};
+  auto score = [&](KvCacheDtype kv, bool smooth) {
+    EngineSetup s{WeightFormat::kF16, kv};
+    s.smooth_keys = smooth;
+    return *make_engine(path, s)->score(prompt);
+  };
+  auto f32 = *make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32})->score(prompt);
+  const auto plain = score(KvCacheDtype::kF16, false), smoothed = score(KvCacheDtype::kF16, true);
+  double max = 0;
+  for (size_t i = 0; i < plain.size(); ++i) max = std::max(max, std::abs(double(plain[i]) - smoothed[i]));
+  EXPECT_LT(max, 1e-4) << "q.k must be unchanged (RoPE partners scaled together)";
+  const int64_t v = 320;
+  const double raw = compare_logits(f32, score(KvCacheDtype::kInt8, false), v).mean_kl;
+  const double fixed = compare_logits(f32, score(KvCacheDtype::kInt8, true), v).mean_kl;
+  EXPECT_LT(fixed * 3, raw) << "smoothing must reach the outlier channels";
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SmoothingTest,
+                         ::testing::Values(m::Architecture::kLlama, m::Architecture::kQwen2,
+                                           m::Architecture::kGlm, m::Architecture::kGlm4),
+                         [](const auto& p) { return std::string(m::architecture_name(p.param)); });
+
+}  // namespace
+}  // namespace infergate::runtime::engine
