@@ -92,7 +92,7 @@ Result<kernels::KvDtype> parse_kv_dtype(std::string_view n) {
                                            "' (fp16, bf16, fp8, int8, int4, int4-kivi)");
 }
 
-std::string_view kv_dtype_name(kernels::KvDtype d) {
+std::string_view kv_cache_dtype_name(kernels::KvDtype d) {
   using kernels::KvDtype;
   switch (d) {
     case KvDtype::kF16: return "fp16";

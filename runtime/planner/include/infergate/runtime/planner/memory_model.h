@@ -42,7 +42,7 @@ std::string_view weight_format_name(WeightFormat f);  // "fp16", "bf16", "int8",
 // "fp16" ("f16"), "bf16", "fp8" ("fp8-e4m3"), "int8", "int4" (per-token int4 keys and values) and
 // "int4-kivi" (per-channel int4 keys, KIVI).
 Result<kernels::KvDtype> parse_kv_dtype(std::string_view name);
-std::string_view kv_dtype_name(kernels::KvDtype d);  // the canonical names above
+std::string_view kv_cache_dtype_name(kernels::KvDtype d);  // the canonical names above
 // Bytes per cached value in the textbook formula: 2, 2, 1, 1, 0.5, 0.5 (scales not counted).
 double textbook_bytes_per_value(kernels::KvDtype d);
 
