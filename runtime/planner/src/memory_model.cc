@@ -273,14 +273,32 @@ Result<WeightBreakdown> weight_bytes(const model::ModelConfig& c, const WeightOp
     INFERGATE_ASSIGN_OR_RETURN(scheme, quant_scheme(w));
   }
   const model::DType source = w.source_dtype ? *w.source_dtype : c.torch_dtype.value_or(model::DType::kBF16);
-  const int64_t dense_size = compressed ? static_cast<int64_t>(model::dtype_size(source)) : 2;
+  const int64_t source_size = static_cast<int64_t>(model::dtype_size(source));
+  // The dtype 2-D dense weights are held in: the requested one for fp16/bf16; for int8/int4 the
+  // checkpoint's (fp32 becomes fp16).
+  const model::DType dense_dtype = w.format == WeightFormat::kF16    ? model::DType::kF16
+                                   : w.format == WeightFormat::kBF16 ? model::DType::kBF16
+                                   : source == model::DType::kF32    ? model::DType::kF16
+                                                                     : source;
   INFERGATE_ASSIGN_OR_RETURN(std::vector<ShardedTensor> tensors, shard_tensors(c, tp));
   WeightBreakdown b;
   for (const ShardedTensor& t : tensors) {
     int64_t elements = 1;
     for (uint64_t d : t.shard_shape) elements *= static_cast<int64_t>(d);
     int64_t bytes = 0;
-    if (compressed && model::quantizer_compresses({t.name, t.shape}, w.quantize_lm_head)) {
+    if (t.shard_shape.size() == 1) {
+      bytes = elements * 4;  // norms and biases: fp32, as the kernels' rmsnorm and bias_add take them
+      b.dense += bytes;
+    } else if (t.role == TensorRole::kEmbedding) {
+      bytes = elements * source_size;  // looked up in the checkpoint's dtype, never converted
+      b.dense += bytes;
+      if (c.tie_word_embeddings && dense_dtype != source) {
+        // The tied lm_head needs its own copy in the dense dtype.
+        const int64_t copy = elements * 2;
+        b.dense += copy;
+        b.lm_head += copy;
+      }
+    } else if (compressed && model::quantizer_compresses({t.name, t.shape}, w.quantize_lm_head)) {
       const kernels::WeightBytes wb = kernels::weight_bytes(model::kernel_layout(
           scheme, static_cast<int64_t>(t.shard_shape[0]), static_cast<int64_t>(t.shard_shape[1])));
       b.packed += wb.data;
@@ -289,7 +307,7 @@ Result<WeightBreakdown> weight_bytes(const model::ModelConfig& c, const WeightOp
       bytes = wb.total();
       ++b.tensors_compressed;
     } else {
-      bytes = elements * dense_size;
+      bytes = elements * static_cast<int64_t>(model::dtype_size(dense_dtype));
       b.dense += bytes;
     }
     b.parameters += elements;

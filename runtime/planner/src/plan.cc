@@ -448,18 +448,21 @@ Result<std::string> fit_table_markdown(const std::vector<LoadedModel>& models, i
                                      kernels::KvDtype::kInt8, kernels::KvDtype::kInt4};
   const int64_t tps[] = {1, 2, 4, 8};
   std::ostringstream o;
-  o << "| model | weights | KV | ";
+  o << "| model | context | weights | KV | ";
   for (const GpuSpec& g : gpu_catalog()) o << g.name << " | ";
-  o << "\n|---|---|---|";
+  o << "\n|---|---|---|---|";
   for (size_t i = 0; i < gpu_catalog().size(); ++i) o << "---|";
   o << "\n";
   for (const LoadedModel& m : models) {
     // Weights depend on (format, TP) only, KV on (dtype, TP) only: compute each once.
     std::map<std::pair<int, int64_t>, WeightBreakdown> weights;
     std::map<std::pair<int, int64_t>, KvModel> kvs;
+    // A model shorter than `context` is shown at its own limit.
+    const int64_t ctx = std::min(context, m.config.max_position_embeddings);
     for (WeightFormat f : formats) {
       for (kernels::KvDtype d : dtypes) {
-        o << "| " << m.name << " | " << weight_format_name(f) << " | " << kv_cache_dtype_name(d) << " | ";
+        o << "| " << m.name << " | " << ctx << " | " << weight_format_name(f) << " | "
+          << kv_cache_dtype_name(d) << " | ";
         for (const GpuSpec& g : gpu_catalog()) {
           std::string cell = "no";
           for (int64_t tp : tps) {
@@ -470,7 +473,7 @@ Result<std::string> fit_table_markdown(const std::vector<LoadedModel>& models, i
             in.gpu = g.name;
             in.weights.format = f;
             in.kv_cache_dtype = d;
-            in.max_context_length = context;
+            in.max_context_length = ctx;
             in.max_concurrency = concurrency;
             in.tensor_parallel = tp;
             Parts p;
@@ -493,10 +496,6 @@ Result<std::string> fit_table_markdown(const std::vector<LoadedModel>& models, i
             evaluate(pl, p);
             if (pl.fits) {
               cell = (tp == 1 ? "1 GPU" : num(tp) + " GPUs") + ", " + num(pl.max_concurrency_at_context);
-              break;
-            }
-            if (pl.reason == kReasonContextTooLong) {
-              cell = "context > model";
               break;
             }
           }

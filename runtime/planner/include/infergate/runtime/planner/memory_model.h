@@ -46,17 +46,21 @@ std::string_view kv_cache_dtype_name(kernels::KvDtype d);  // the canonical name
 // Bytes per cached value in the textbook formula: 2, 2, 1, 1, 0.5, 0.5 (scales not counted).
 double textbook_bytes_per_value(kernels::KvDtype d);
 
-// How weights are stored. fp16/bf16: every tensor in 16 bits. int8/int4: the tensors the quantizer
-// compresses (model::quantizer_compresses) in the kernels' formats with their scales (and zero
-// points for asymmetric int4); the others as the quantizer leaves them, in the checkpoint's dtype.
+// How the runtime holds weights (the engine's CpuBackend, and the CUDA backend after it):
+//   - compressed linear weights (int8/int4: what model::quantizer_compresses picks) in the kernels'
+//     formats, packed values plus scales (plus zero points for asymmetric int4): kernels::weight_bytes;
+//   - other 2-D weights in 16 bits: the requested dtype for fp16/bf16; for int8/int4 the
+//     checkpoint's dtype as the quantizer left it (fp32 becomes fp16);
+//   - the embedding table in the checkpoint's dtype (a tied lm_head gets a 16-bit copy when that
+//     dtype differs from the dense one);
+//   - 1-D tensors (norms, biases) in fp32, as the kernels' rmsnorm and bias_add take them.
 struct WeightOptions {
   WeightFormat format = WeightFormat::kF16;
   int64_t group_size = 128;  // int4 only: 32, 64 or 128 (the `quantize` default is 128)
   bool symmetric = false;    // int4 only: `quantize` writes asymmetric int4 (zero points) by default
   model::DType scale_dtype = model::DType::kF16;
   bool quantize_lm_head = false;
-  // The dtype of tensors left uncompressed in an int8/int4 checkpoint; nullopt: the config's
-  // torch_dtype, or bf16 when it names none.
+  // The checkpoint's float dtype; nullopt: the config's torch_dtype, or bf16 when it names none.
   std::optional<model::DType> source_dtype;
 };
 // The quantizer's scheme for int8/int4 (validated by model::validate_scheme).
@@ -148,7 +152,7 @@ struct WeightBreakdown {
   int64_t mlp = 0;      // dense MLP layers
   int64_t experts = 0;  // routed and shared experts, all resident
   int64_t router = 0;
-  int64_t norms = 0;  // norms and biases
+  int64_t norms = 0;  // norms (biases count with their layer)
   int64_t total() const { return packed + scales + zeros + dense; }
 };
 

@@ -96,8 +96,8 @@ Result<LoadedModel> load_model(const std::filesystem::path& path);
 
 // The docs' "what fits where" table: for every model, weight format (fp16, int8, int4) and KV dtype
 // (fp16, fp8, int8, int4), the smallest tensor-parallel degree (1, 2, 4, 8) at which `concurrency`
-// sequences of `context` tokens fit each catalogue GPU, with the most sequences that fit there.
-// Markdown, deterministic.
+// sequences of `context` tokens (or the model's max_position_embeddings when shorter) fit each
+// catalogue GPU, with the most sequences that fit there. Markdown, deterministic.
 Result<std::string> fit_table_markdown(const std::vector<LoadedModel>& models, int64_t context,
                                        int64_t concurrency);
 
