@@ -311,6 +311,9 @@ Result<WeightBreakdown> weight_bytes(const model::ModelConfig& c, const WeightOp
       b.dense += bytes;
     }
     b.parameters += elements;
+    int64_t full = 1;
+    for (uint64_t d : t.shape) full *= static_cast<int64_t>(d);
+    b.model_parameters += full;
     ++b.tensors;
     switch (t.role) {
       case TensorRole::kEmbedding: b.embeddings += bytes; break;

@@ -225,10 +225,10 @@ Result<Plan> plan(const PlanInput& in) {
     pl.input.model_name = std::string(model::architecture_name(in.config.architecture));
   INFERGATE_ASSIGN_OR_RETURN(pl.gpu, gpu_of(in));
   pl.model_max_context = in.config.max_position_embeddings;
-  pl.model_parameters = static_cast<int64_t>(model::parameter_count(in.config));
   pl.textbook = textbook(in);
   INFERGATE_ASSIGN_OR_RETURN(Parts p, parts(in, pl.gpu.usable_bytes));
   evaluate(pl, p);
+  pl.model_parameters = p.weights.model_parameters;
 
   const model::ModelConfig& c = in.config;
   if (c.quantization && c.quantization->quant_method != "infergate") {

@@ -239,6 +239,7 @@ TEST(WeightBytes, Glm45HasDenseFirstLayersSharedExpertsAndQkNorms) {
 TEST(WeightBytes, TensorParallelSplitsColumnsAndRowsAndReplicatesNorms) {
   WeightBreakdown b = weights("llama-3-70b", format(WeightFormat::kF16), 8);
   EXPECT_EQ(b.embeddings, 2 * 16032LL * 8192) << "vocabulary split: 128256 / 8 rows";
+  EXPECT_EQ(b.model_parameters, 70'553'706'496) << "the whole model, whatever the split";
   EXPECT_EQ(b.norms, 4 * kLlamaNorms) << "norms replicated";
   EXPECT_EQ(b.attention, 2 * 80LL * (8192 * 8192 / 8 * 2 + 128 * 8192 * 2));
   EXPECT_EQ(b.mlp, 2 * 80LL * 3 * 28672 / 8 * 8192);

@@ -137,7 +137,8 @@ Result<KvModel> kv_model(const model::ModelConfig& config, kernels::KvDtype dtyp
 // ==== Weights =======================================================================================
 
 struct WeightBreakdown {
-  int64_t parameters = 0;  // elements on this GPU
+  int64_t parameters = 0;        // elements on this GPU
+  int64_t model_parameters = 0;  // elements of the whole model (model::parameter_count)
   int64_t tensors = 0;
   int64_t tensors_compressed = 0;
   // By storage: compressed tensors' packed values, scales and zero points; dense tensors' bytes.
