@@ -194,6 +194,15 @@ int run_plan(const PlanFlags& f) {
   if (!in.ok()) return bad_input("plan", name_the_flag(in.error()));
   auto pl = p::plan(*in);
   if (!pl.ok()) return bad_input("plan", name_the_flag(pl.error()));
+  if (!f.model.empty() &&
+      (in->weights.format == p::WeightFormat::kInt8 || in->weights.format == p::WeightFormat::kInt4)) {
+    auto loaded = p::load_model(f.model);
+    if (loaded.ok() && !loaded->weights) {
+      pl->notes.push_back(
+          "the directory holds uncompressed weights: run `infergate-runtime quantize --weight-format " +
+          std::string(p::weight_format_name(in->weights.format)) + "` before serving it in this format");
+    }
+  }
   if (f.json) {
     std::cout << dump_json(p::plan_json(*pl)) << "\n";
   } else {

@@ -142,6 +142,10 @@ TEST(PlanCommand, ACompressedDirectoryFixesTheWeightFormat) {
   EXPECT_EQ((*j)["settings"]["weight_format"], "int4");
   EXPECT_EQ((*j)["settings"]["group_size"], 64);
   EXPECT_GT((*j)["kv_cache"]["staging_bytes_per_sequence"].get<int64_t>(), 0);
+  r = run({"plan", "--model", mo.out.string(), "--gpu", "h100", "--weight-format", "int4", "--kv-cache-dtype",
+           "fp16", "--max-context-length", "1024", "--max-concurrency", "4"});
+  EXPECT_EQ(r.status.code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: the directory holds uncompressed weights"), std::string::npos) << r.out;
   r = run({"plan", "--model", m, "--gpu", "h100", "--weight-format", "int8", "--kv-cache-dtype", "fp16",
            "--max-context-length", "1024", "--max-concurrency", "4"});
   EXPECT_EQ(r.status.code, 2);
