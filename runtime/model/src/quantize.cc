@@ -252,10 +252,7 @@ Result<QuantizeReport> Quantizer::run() {
   INFERGATE_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
   std::set<std::string> linear;
   for (const ExpectedTensor& e : expected_tensors(config)) {
-    if (e.shape.size() != 2 || e.name == "model.embed_tokens.weight") continue;
-    if (e.name == "lm_head.weight" && !o_.quantize_lm_head) continue;
-    if (ends_with(e.name, ".mlp.gate.weight")) continue;  // MoE router: small and sensitive
-    linear.insert(e.name);
+    if (quantizer_compresses(e, o_.quantize_lm_head)) linear.insert(e.name);
   }
 
   // Output specs per shard, same shard names as the input.
@@ -390,6 +387,13 @@ Result<QuantizeReport> Quantizer::run() {
 }  // namespace
 
 std::string_view quantize_tool_version() { return INFERGATE_VERSION; }
+
+bool quantizer_compresses(const ExpectedTensor& e, bool quantize_lm_head) {
+  if (e.shape.size() != 2 || e.name == "model.embed_tokens.weight") return false;
+  if (e.name == "lm_head.weight" && !quantize_lm_head) return false;
+  if (ends_with(e.name, ".mlp.gate.weight")) return false;  // MoE router: small and sensitive
+  return true;
+}
 
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options) {
   Quantizer q(options);

@@ -250,6 +250,17 @@ TEST(Quantize, QuantizesLmHeadOnlyWhenAsked) {
   EXPECT_TRUE(out->has_tensor("lm_head.qweight"));
 }
 
+TEST(Quantize, CompressesLinearWeightsButNotEmbeddingsNormsRouterOrLmHead) {
+  EXPECT_TRUE(quantizer_compresses({"model.layers.0.self_attn.q_proj.weight", {64, 64}}, false));
+  EXPECT_TRUE(quantizer_compresses({"model.layers.3.mlp.experts.7.down_proj.weight", {64, 32}}, false));
+  EXPECT_FALSE(quantizer_compresses({"model.embed_tokens.weight", {300, 64}}, true));
+  EXPECT_FALSE(quantizer_compresses({"model.layers.0.input_layernorm.weight", {64}}, false));
+  EXPECT_FALSE(quantizer_compresses({"model.layers.0.self_attn.q_proj.bias", {64}}, false));
+  EXPECT_FALSE(quantizer_compresses({"model.layers.3.mlp.gate.weight", {8, 64}}, false));
+  EXPECT_FALSE(quantizer_compresses({"lm_head.weight", {300, 64}}, false));
+  EXPECT_TRUE(quantizer_compresses({"lm_head.weight", {300, 64}}, true));
+}
+
 TEST(QuantizeCli, PrintsThroughputAndPeakMemoryAndRefusesBadFlags) {
   auto dir = testing::temp_dir();
   auto mo = testing::small_model(dir.path() / "in", Architecture::kGlm4);
