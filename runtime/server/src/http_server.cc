@@ -86,6 +86,7 @@ class Connection;
 struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
+  std::atomic<int> busy{0};
   std::atomic<int> open{0};  // before io: connections destroyed with io's handlers decrement it
   net::io_context io;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -240,6 +241,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     on_disconnect_.clear();
     ++exchange_id_;
     auto exchange = make_exchange(std::move(req));
+    busy_ = true;
+    server_->busy.fetch_add(1);
     server_->handler(exchange);
     if (!response_done_)
       start_monitor();
@@ -336,9 +339,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     do_write();
   }
 
+  void release_busy() {
+    if (busy_) {
+      busy_ = false;
+      server_->busy.fetch_sub(1);
+    }
+  }
+
   // After a complete response: the next request on a keep-alive connection, or close.
   void maybe_continue() {
     if (closed_ || !response_done_ || writing_ || !out_.empty()) return;
+    release_busy();
     if (monitoring_) {
       socket_.cancel();  // on_monitor comes back here
       return;
@@ -396,6 +407,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void close() {
+    release_busy();
     if (closed_) return;
     if (!response_done_ && exchange_id_ > 0) mark_disconnected();
     closed_ = true;
@@ -428,6 +440,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool socket_closing_ = false;
   bool lingering_ = false;
+  bool busy_ = false;
   std::array<char, 4096> discard_buf_{};
 };
 
@@ -555,6 +568,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(HttpServerOptions options,
 const std::string& HttpServer::host() const { return impl_->options.host; }
 int HttpServer::port() const { return impl_->port; }
 int HttpServer::connections() const { return impl_->open.load(); }
+int HttpServer::busy() const { return impl_->busy.load(); }
+bool HttpServer::wait_idle(std::chrono::steady_clock::time_point deadline) const {
+  while (impl_->busy.load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 void HttpServer::stop() {
   if (!impl_ || impl_->stopped.exchange(true)) return;

@@ -94,6 +94,10 @@ class HttpServer {
   int port() const;
   // Open connections right now.
   int connections() const;
+  // Requests handed to the handler whose response is not yet completely written (or abandoned).
+  int busy() const;
+  // Waits until busy() is 0 or the deadline passes; true when idle.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline) const;
   // Closes the listener and every connection and joins the I/O threads. Idempotent.
   void stop();
 
