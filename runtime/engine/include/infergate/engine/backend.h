@@ -90,6 +90,9 @@ class Backend {
 struct CpuBackendOptions {
   WeightFormat weight_format = WeightFormat::kF16;
   int threads = 0;  // 0: the kernels' default (INFERGATE_KERNELS_THREADS or all cores)
+  // Run the kernels' scalar references (ref.h) instead of the optimised ops: a second code path for
+  // the quality noise floor and for checking the optimised path; slow.
+  bool reference_ops = false;
 };
 
 // A CPU backend over `model` (which must outlive it: mapped weights are used in place). Refuses

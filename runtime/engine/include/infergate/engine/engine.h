@@ -118,6 +118,11 @@ class Engine {
                                                 const EngineOptions& options);
   ~Engine();
 
+  // A new engine over the same model and backend (weights are not reloaded) with a new KV pool;
+  // `old` must hold no sequences with KV. For sizing the pool after the prompt is known.
+  static Result<std::unique_ptr<Engine>> reconfigure(std::unique_ptr<Engine> old,
+                                                     const EngineOptions& options);
+
   // Validates and registers a sequence (no KV is used until it is stepped). Refuses an empty prompt,
   // a token id outside the vocabulary, bad sampling parameters (InvalidArgument), and
   // prompt + max_tokens beyond max_context (OutOfRange, "ContextTooLong").
