@@ -28,16 +28,19 @@ const bool kServe = register_command(
        auto request_timeout = std::make_shared<double>(30.0);
        auto write_timeout = std::make_shared<double>(30.0);
        app.add_option("--model", o->model_dir, "model directory (Hugging Face layout)")->required();
-       app.add_option("--weight-format", o->weight_format, "fp16, bf16, int8 or int4 (as the directory holds)")
+       app.add_option("--weight-format", o->weight_format,
+                      "fp16, bf16, int8 or int4 (as the directory holds)")
            ->capture_default_str();
        app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "fp16, bf16, fp8, int8, int4 or int4-kivi")
            ->capture_default_str();
        app.add_option("--max-context-length", o->max_context_length, "tokens per sequence (0: the model's)")
            ->capture_default_str();
-       app.add_option("--max-concurrency", o->max_concurrency, "sequences running at once")->capture_default_str();
+       app.add_option("--max-concurrency", o->max_concurrency, "sequences running at once")
+           ->capture_default_str();
        app.add_option("--verified-manifest", *manifest,
                       "SHA256SUMS of the model directory: every file is hashed while loading and must match");
-       app.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the directory name)");
+       app.add_option("--served-model-name", o->served_model_name,
+                      "the model name clients use (default: the directory name)");
        app.add_option("--host", o->host, "address to listen on")->capture_default_str();
        app.add_option("--port", o->port, "port (0: any free port; the log line 'listening on' names it)")
            ->capture_default_str()
@@ -47,16 +50,20 @@ const bool kServe = register_command(
            ->capture_default_str();
        app.add_option("--max-waiting", o->max_waiting, "queued requests beyond which new ones get 429")
            ->capture_default_str();
-       app.add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per sequence per step")->capture_default_str();
+       app.add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per sequence per step")
+           ->capture_default_str();
        app.add_option("--max-step-tokens", o->max_step_tokens, "tokens per step, all sequences together")
            ->capture_default_str();
-       app.add_option("--max-body-bytes", o->max_body_bytes, "request bodies above this get 413")->capture_default_str();
-       app.add_option("--request-timeout", *request_timeout,
-                      "seconds a connection has to deliver a whole request (idle and slow clients are closed)")
+       app.add_option("--max-body-bytes", o->max_body_bytes, "request bodies above this get 413")
+           ->capture_default_str();
+       app.add_option(
+              "--request-timeout", *request_timeout,
+              "seconds a connection has to deliver a whole request (idle and slow clients are closed)")
            ->capture_default_str();
        app.add_option("--write-timeout", *write_timeout, "seconds a stalled response write may take")
            ->capture_default_str();
-       app.add_option("--drain-timeout", *drain_seconds, "seconds in-flight requests get to finish after SIGTERM")
+       app.add_option("--drain-timeout", *drain_seconds,
+                      "seconds in-flight requests get to finish after SIGTERM")
            ->capture_default_str();
        app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str();
        app.add_option("--threads", o->engine_threads, "engine compute threads (0: the engine's default)")
@@ -84,7 +91,8 @@ const bool kServe = register_command(
            const Error& e = server.error();
            log::error("serve: cannot start", {{"error", e.to_string()}, {"reason", e.reason()}});
            std::cerr << "infergate-runtime serve: " << e.to_string() << "\n";
-           return e.reason() == "BadFlag" || e.reason() == "UnknownWeightFormat" || e.reason() == "UnknownKvCacheDtype"
+           return e.reason() == "BadFlag" || e.reason() == "UnknownWeightFormat" ||
+                          e.reason() == "UnknownKvCacheDtype"
                       ? 2
                       : 1;
          }
@@ -99,7 +107,8 @@ const bool kServe = register_command(
                              {"load_seconds", info.load_seconds}});
          int sig = 0;
          sigwait(&set, &sig);
-         log::info("draining", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}, {"deadline_seconds", *drain_seconds}});
+         log::info("draining",
+                   {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}, {"deadline_seconds", *drain_seconds}});
          const bool clean = (*server)->finish_drain(std::chrono::steady_clock::now() + ms(*drain_seconds));
          (*server)->stop();
          log::info("stopped", {{"drained", clean}});

@@ -119,7 +119,8 @@ Result<ClientResponse> http_call(const Url& url, const ClientRequest& request) {
 
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // Not boost::none: Boost 1.74 compares the Content-Length with an empty optional as "over the limit".
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   stream.expires_after(left());
   ec = run([&](auto handler) { http::async_read_header(stream, buffer, parser, handler); });
   if (ec) return client_error(url, "no response header from", ec);

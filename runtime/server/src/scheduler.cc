@@ -31,7 +31,8 @@ Scheduler::Scheduler(std::unique_ptr<engine::Engine> engine, SchedulerOptions op
   info_ = engine_->info();
   max_context_ = engine_->max_context();
   vocab_ = engine_->vocab();
-  options_.max_concurrency = std::max<int32_t>(1, std::min(options_.max_concurrency, engine_->blocks().max_sequences()));
+  options_.max_concurrency =
+      std::max<int32_t>(1, std::min(options_.max_concurrency, engine_->blocks().max_sequences()));
   options_.prefill_chunk = std::max<int32_t>(1, options_.prefill_chunk);
   options_.max_step_tokens = std::max<int32_t>(options_.max_concurrency, options_.max_step_tokens);
   stats_.blocks_total = engine_->blocks().total_blocks();
@@ -48,18 +49,23 @@ Scheduler::Submitted Scheduler::submit(std::vector<int32_t> prompt, engine::Samp
     out.refused = SubmitRefusal{kind, std::move(e)};
     return out;
   };
-  if (draining_) return refuse(SubmitRefusal::kDraining, unavailable("the server is shutting down").with_reason("Draining"));
+  if (draining_)
+    return refuse(SubmitRefusal::kDraining,
+                  unavailable("the server is shutting down").with_reason("Draining"));
   // The engine's own checks, made here so that the caller can answer at once (the engine is only
   // touched by the scheduler thread).
   Status valid = engine::validate_sampling(params);
   if (!valid.ok()) return refuse(SubmitRefusal::kInvalid, valid.error());
-  if (prompt.empty()) return refuse(SubmitRefusal::kInvalid, invalid_argument("the prompt has no tokens").with_reason("EmptyPrompt"));
+  if (prompt.empty())
+    return refuse(SubmitRefusal::kInvalid,
+                  invalid_argument("the prompt has no tokens").with_reason("EmptyPrompt"));
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_) {
-      return refuse(SubmitRefusal::kInvalid,
-                    invalid_argument("prompt token " + std::to_string(i) + " has id " + std::to_string(prompt[i]) +
-                                     ", outside the vocabulary of " + std::to_string(vocab_))
-                        .with_reason("TokenOutOfRange"));
+      return refuse(
+          SubmitRefusal::kInvalid,
+          invalid_argument("prompt token " + std::to_string(i) + " has id " + std::to_string(prompt[i]) +
+                           ", outside the vocabulary of " + std::to_string(vocab_))
+              .with_reason("TokenOutOfRange"));
     }
   }
   const int64_t need = static_cast<int64_t>(prompt.size()) + params.max_tokens;
@@ -77,7 +83,9 @@ Scheduler::Submitted Scheduler::submit(std::vector<int32_t> prompt, engine::Samp
   r->arrival = arrival;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return refuse(SubmitRefusal::kDraining, unavailable("the server is shutting down").with_reason("Draining"));
+    if (stop_)
+      return refuse(SubmitRefusal::kDraining,
+                    unavailable("the server is shutting down").with_reason("Draining"));
     if (queued_ >= options_.max_waiting) {
       return refuse(SubmitRefusal::kQueueFull,
                     resource_exhausted("the waiting queue is full (" + std::to_string(options_.max_waiting) +
@@ -88,6 +96,7 @@ Scheduler::Submitted Scheduler::submit(std::vector<int32_t> prompt, engine::Samp
     out.id = r->id;
     ++queued_;
     ++in_flight_;
+    published_idle_ = false;
     incoming_.push_back(std::move(r));
   }
   cv_.notify_one();
@@ -106,7 +115,7 @@ void Scheduler::drain() { draining_ = true; }
 
 bool Scheduler::wait_idle(SteadyClock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_until(lock, deadline, [&] { return in_flight_ == 0; });
+  return idle_cv_.wait_until(lock, deadline, [&] { return in_flight_ == 0 && published_idle_; });
 }
 
 void Scheduler::stop() {
@@ -179,7 +188,10 @@ void Scheduler::run() {
       stats_.finished = finished_;
       stats_.cancelled = cancelled_;
       stats_.max_running_seen = max_running_seen_;
-      if (in_flight_ == 0) idle_cv_.notify_all();
+      if (in_flight_ == 0) {
+        published_idle_ = true;
+        idle_cv_.notify_all();
+      }
     }
   }
   // Stopping: whatever is left ends with an error event.
@@ -188,7 +200,8 @@ void Scheduler::run() {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(incoming_);
   }
-  for (auto& r : incoming) finish_request(*r, unavailable("the server shut down before the request ran").with_reason("Draining"));
+  for (auto& r : incoming)
+    finish_request(*r, unavailable("the server shut down before the request ran").with_reason("Draining"));
   std::vector<RequestId> left;
   for (auto& [id, r] : requests_) left.push_back(id);
   std::sort(left.begin(), left.end());
@@ -196,7 +209,8 @@ void Scheduler::run() {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
     (void)engine_->cancel(it->second->seq);
-    finish_request(*it->second, unavailable("the server shut down before the request finished").with_reason("Draining"));
+    finish_request(*it->second,
+                   unavailable("the server shut down before the request finished").with_reason("Draining"));
   }
   update_gauges();
   std::lock_guard<std::mutex> lock(mu_);
@@ -204,6 +218,7 @@ void Scheduler::run() {
   stats_.running = 0;
   stats_.waiting = 0;
   stats_.blocks_used = engine_->blocks().used_blocks();
+  published_idle_ = true;
   idle_cv_.notify_all();
 }
 
@@ -221,7 +236,8 @@ void Scheduler::preempt_youngest() {
   }
   ++preemptions_;
   if (metrics_) metrics_->add_preemptions(1);
-  log::debug("preempted a sequence for lack of KV blocks", {{"request", static_cast<unsigned long long>(id)}});
+  log::debug("preempted a sequence for lack of KV blocks",
+             {{"request", static_cast<unsigned long long>(id)}});
 }
 
 void Scheduler::admit_and_step() {
@@ -273,7 +289,8 @@ void Scheduler::admit_and_step() {
   for (const auto& p : plan) budget -= p.max_tokens;
   int64_t needed = plan_blocks();
   const auto now = SteadyClock::now();
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_concurrency && budget > 0) {
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_concurrency &&
+         budget > 0) {
     Request& r = *requests_.at(waiting_.front());
     const int64_t all = engine_->blocks_needed(r.seq, 0);
     if (needed + all > blocks.free_blocks()) break;  // FIFO: nobody overtakes the head
@@ -338,8 +355,10 @@ void Scheduler::deliver(Request& r, const engine::SequenceUpdate& u) {
     ++r.completion_tokens;
     if (metrics_) {
       metrics_->add_generation_tokens(1);
-      if (!r.has_token) metrics_->observe_ttft(seconds(now - r.arrival));
-      else metrics_->observe_tpot(seconds(now - r.last_token));
+      if (!r.has_token)
+        metrics_->observe_ttft(seconds(now - r.arrival));
+      else
+        metrics_->observe_tpot(seconds(now - r.last_token));
     }
     r.has_token = true;
     r.last_token = now;

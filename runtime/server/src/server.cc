@@ -30,7 +30,8 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
-ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param = {}) {
+ApiError api_error(int status, std::string type, std::string code, std::string message,
+                   std::string param = {}) {
   ApiError e;
   e.status = status;
   e.type = std::move(type);
@@ -94,13 +95,14 @@ struct Server::Handlers {
       if (req.method != "POST") return method_not_allowed(ex, "POST");
       return generate(ex, path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions);
     }
-    ex->respond(error_response(api_error(404, "invalid_request_error", "not_found", "no route for " + req.method + " " + path)));
+    ex->respond(error_response(
+        api_error(404, "invalid_request_error", "not_found", "no route for " + req.method + " " + path)));
   }
 
   void method_not_allowed(const std::shared_ptr<Exchange>& ex, const char* allow) {
-    HttpResponse r = error_response(api_error(405, "invalid_request_error", "method_not_allowed",
-                                              ex->request().method + " is not allowed on " + ex->request().path +
-                                                  "; use " + allow));
+    HttpResponse r = error_response(
+        api_error(405, "invalid_request_error", "method_not_allowed",
+                  ex->request().method + " is not allowed on " + ex->request().path + "; use " + allow));
     r.headers.emplace_back("Allow", allow);
     ex->respond(std::move(r));
   }
@@ -133,7 +135,8 @@ struct Server::Handlers {
     if (endpoint == Endpoint::kChat) {
       ChatTemplateContext ctx{req->messages, true, bos_token, eos_token};
       auto text = chat_template.render(ctx);
-      if (!text.ok()) return refuse(ex, bad_request(text.error().message(), "messages", "chat_template_error"));
+      if (!text.ok())
+        return refuse(ex, bad_request(text.error().message(), "messages", "chat_template_error"));
       model::EncodeOptions eo;
       eo.add_special_tokens = false;  // the template writes BOS itself, as apply_chat_template does
       eo.parse_special = true;
@@ -144,7 +147,8 @@ struct Server::Handlers {
       prompt = req->prompt_ids;
       for (int32_t id : prompt) {
         if (id >= server->scheduler_->vocab()) {
-          return refuse(ex, bad_request("'prompt' holds token id " + std::to_string(id) + ", outside the vocabulary of " +
+          return refuse(ex, bad_request("'prompt' holds token id " + std::to_string(id) +
+                                            ", outside the vocabulary of " +
                                             std::to_string(server->scheduler_->vocab()),
                                         "prompt"));
         }
@@ -154,16 +158,18 @@ struct Server::Handlers {
     const int64_t ctx = server->info_.max_context;
     const int64_t n_prompt = static_cast<int64_t>(prompt.size());
     if (n_prompt >= ctx) {
-      return refuse(ex, bad_request("the prompt has " + std::to_string(n_prompt) + " tokens; this model's context is " +
-                                        std::to_string(ctx) + " tokens, which leaves no room to generate",
-                                    endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded"));
+      return refuse(
+          ex, bad_request("the prompt has " + std::to_string(n_prompt) + " tokens; this model's context is " +
+                              std::to_string(ctx) + " tokens, which leaves no room to generate",
+                          endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded"));
     }
     int64_t max_tokens = req->max_tokens.value_or(endpoint == Endpoint::kChat ? ctx - n_prompt : 16);
     if (n_prompt + max_tokens > ctx) {
-      return refuse(ex, bad_request("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
-                                        std::to_string(max_tokens) + ") is longer than this model's context of " +
-                                        std::to_string(ctx) + " tokens",
-                                    "max_tokens", "context_length_exceeded"));
+      return refuse(ex,
+                    bad_request("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                    std::to_string(max_tokens) + ") is longer than this model's context of " +
+                                    std::to_string(ctx) + " tokens",
+                                "max_tokens", "context_length_exceeded"));
     }
 
     engine::SamplingParams sp;
@@ -238,7 +244,8 @@ struct Server::Handlers {
       TokenLogprob out;
       out.token = std::string(tokenizer->token_bytes(t.token));
       out.logprob = t.logprob;
-      for (const auto& a : t.top) out.top.emplace_back(std::string(tokenizer->token_bytes(a.token)), a.logprob);
+      for (const auto& a : t.top)
+        out.top.emplace_back(std::string(tokenizer->token_bytes(a.token)), a.logprob);
       return out;
     }
 
@@ -267,16 +274,17 @@ struct Server::Handlers {
         text += ev.text;
         if (ev.final) {
           Json body = completion_response(*req, id, created, model, text, finish_reason_word(ev.finish),
-                                           req->logprobs >= 0 ? &logprobs : nullptr, usage);
+                                          req->logprobs >= 0 ? &logprobs : nullptr, usage);
           ex->respond(json_response(200, body));
         }
         return;
       }
       std::string out;
-      std::vector<TokenLogprob> fresh(logprobs.begin() + static_cast<std::ptrdiff_t>(logprobs_sent), logprobs.end());
+      std::vector<TokenLogprob> fresh(logprobs.begin() + static_cast<std::ptrdiff_t>(logprobs_sent),
+                                      logprobs.end());
       if (!ev.text.empty() || !fresh.empty() || (first && req->endpoint == Endpoint::kChat)) {
-        out += sse_event(stream_chunk(*req, id, created, model, ev.text, req->logprobs >= 0 ? &fresh : nullptr,
-                                      text.size(), "", first));
+        out += sse_event(stream_chunk(*req, id, created, model, ev.text,
+                                      req->logprobs >= 0 ? &fresh : nullptr, text.size(), "", first));
         first = false;
         logprobs_sent = logprobs.size();
         text += ev.text;
@@ -293,17 +301,22 @@ struct Server::Handlers {
   };
 };
 
-Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o, const std::function<void(const Server&)>& on_listening) {
+Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o,
+                                              const std::function<void(const Server&)>& on_listening) {
   std::unique_ptr<Server> s(new Server());
   s->options_ = o;
   s->metrics_ = std::make_unique<Metrics>();
   s->handlers_ = std::make_shared<Handlers>();
   s->handlers_->server = s.get();
-  s->handlers_->id_salt = std::random_device{}() * 0x100000001B3ull ^ static_cast<uint64_t>(std::time(nullptr));
+  s->handlers_->id_salt =
+      std::random_device{}() * 0x100000001B3ull ^ static_cast<uint64_t>(std::time(nullptr));
 
-  if (o.max_concurrency < 1) return invalid_argument("--max-concurrency must be at least 1").with_reason("BadFlag");
-  if (o.max_context_length < 0) return invalid_argument("--max-context-length must not be negative").with_reason("BadFlag");
-  if (o.kv_cache_bytes < 0) return invalid_argument("--kv-cache-bytes must not be negative").with_reason("BadFlag");
+  if (o.max_concurrency < 1)
+    return invalid_argument("--max-concurrency must be at least 1").with_reason("BadFlag");
+  if (o.max_context_length < 0)
+    return invalid_argument("--max-context-length must not be negative").with_reason("BadFlag");
+  if (o.kv_cache_bytes < 0)
+    return invalid_argument("--kv-cache-bytes must not be negative").with_reason("BadFlag");
   if (o.max_waiting < 0) return invalid_argument("--max-waiting must not be negative").with_reason("BadFlag");
   INFERGATE_ASSIGN_OR_RETURN(engine::WeightFormat wf, engine::parse_weight_format(o.weight_format));
   INFERGATE_ASSIGN_OR_RETURN(engine::KvCacheDtype kv, engine::parse_kv_cache_dtype(o.kv_cache_dtype));
@@ -370,14 +383,16 @@ Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o, const std::
     if (t.ok()) {
       h.chat_template = std::move(t).value();
     } else {
-      log::warn("the model's chat template is not supported; using ChatML", {{"reason", t.error().to_string()}});
+      log::warn("the model's chat template is not supported; using ChatML",
+                {{"reason", t.error().to_string()}});
     }
   } else {
     log::warn("the model has no chat template; using ChatML");
   }
   info.chat_template_fallback = h.chat_template.is_fallback();
 
-  s->metrics_->set_model_info({info.model_name, info.weight_format, info.kv_cache_dtype, info.release_digest, info.verified});
+  s->metrics_->set_model_info(
+      {info.model_name, info.weight_format, info.kv_cache_dtype, info.release_digest, info.verified});
   s->metrics_->set_weight_bytes(static_cast<double>(info.weight_bytes));
   SchedulerOptions so;
   so.max_concurrency = o.max_concurrency;
@@ -409,7 +424,8 @@ bool Server::finish_drain(std::chrono::steady_clock::time_point deadline) {
   bool ok = scheduler_ ? scheduler_->wait_idle(deadline) : true;
   if (scheduler_) scheduler_->stop();  // cancels whatever is left, with error events
   // Let the last responses reach their clients (a little past the deadline at most).
-  if (http_) ok = http_->wait_idle(std::max(deadline, SteadyClock::now() + std::chrono::milliseconds(500))) && ok;
+  if (http_)
+    ok = http_->wait_idle(std::max(deadline, SteadyClock::now() + std::chrono::milliseconds(500))) && ok;
   return ok;
 }
 

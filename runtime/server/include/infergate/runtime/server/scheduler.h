@@ -33,10 +33,10 @@ namespace infergate::runtime::server {
 using RequestId = uint64_t;
 
 struct SchedulerOptions {
-  int32_t max_concurrency = 8;    // running sequences (at most the engine's slots)
-  int32_t max_waiting = 256;      // queued requests beyond which submit() is refused (429)
-  int32_t prefill_chunk = 512;    // prompt tokens of one sequence computed in one step
-  int32_t max_step_tokens = 2048; // tokens computed in one step, all sequences together
+  int32_t max_concurrency = 8;     // running sequences (at most the engine's slots)
+  int32_t max_waiting = 256;       // queued requests beyond which submit() is refused (429)
+  int32_t prefill_chunk = 512;     // prompt tokens of one sequence computed in one step
+  int32_t max_step_tokens = 2048;  // tokens computed in one step, all sequences together
 };
 
 // What a request hears back. Exactly one event has final = true.
@@ -92,7 +92,8 @@ class Scheduler {
   void cancel(RequestId id);
   // Stops admitting new submissions; running and queued requests go on.
   void drain();
-  // Waits until no request is queued or running, or the deadline passes; true when idle.
+  // Waits until no request is queued or running and stats() says so, or the deadline passes; true when
+  // idle.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   // Cancels everything still queued or running (final events carry an error) and stops the thread.
   void stop();
@@ -125,17 +126,18 @@ class Scheduler {
   std::condition_variable idle_cv_;
   std::deque<std::unique_ptr<Request>> incoming_;  // submitted, not yet seen by the thread
   std::vector<RequestId> cancels_;
-  int64_t queued_ = 0;       // incoming + waiting (guarded by mu_)
-  int64_t in_flight_ = 0;    // submitted and not yet finished (guarded by mu_)
+  int64_t queued_ = 0;          // incoming + waiting (guarded by mu_)
+  int64_t in_flight_ = 0;       // submitted and not yet finished (guarded by mu_)
+  bool published_idle_ = true;  // stats_ were published with nothing in flight (guarded by mu_)
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   RequestId next_id_ = 1;
-  SchedulerStats stats_;     // guarded by mu_ (a copy published after each step)
+  SchedulerStats stats_;  // guarded by mu_ (a copy published after each step)
 
   // Scheduler-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::deque<RequestId> waiting_;  // arrival order (preempted ones go back to the front)
-  std::vector<RequestId> running_; // admission order: the back is the youngest
+  std::deque<RequestId> waiting_;   // arrival order (preempted ones go back to the front)
+  std::vector<RequestId> running_;  // admission order: the back is the youngest
   int64_t preemptions_ = 0;
   int64_t steps_ = 0;
   int64_t finished_ = 0;
