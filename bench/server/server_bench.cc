@@ -13,6 +13,7 @@
 
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
+#include "infergate/common/log.h"
 #include "infergate/runtime/model/test_model.h"
 #include "infergate/runtime/server/http_client.h"
 #include "infergate/runtime/server/scheduler.h"
