@@ -246,17 +246,24 @@ TEST_F(ServerTest, MetricsPassPromtoolAfterTraffic) {
   EXPECT_EQ(m.body.find("infergate_requests_total 0"), std::string::npos);
 }
 
-// A long greedy generation that holds its sequence for a while.
-std::string long_request(bool stream) {
+// A long greedy generation that holds its sequence for a while (thousands of steps, so that even on a
+// fast machine it is still running while the test acts), on a server with a 4096-token context.
+std::string long_request(bool stream, int max_tokens = 4000) {
   return dump_json({{"prompt", "Count:"},
-                    {"max_tokens", 480},
+                    {"max_tokens", max_tokens},
                     {"temperature", 0},
                     {"ignore_eos", true},
                     {"stream", stream}});
 }
 
-TEST(ServerLimits, AFullWaitingQueueGets429WithRetryAfter) {
+ServeOptions long_context_options() {
   ServeOptions o = tiny_options();
+  o.max_context_length = 4096;
+  return o;
+}
+
+TEST(ServerLimits, AFullWaitingQueueGets429WithRetryAfter) {
+  ServeOptions o = long_context_options();
   o.max_concurrency = 1;
   o.max_waiting = 1;
   auto s = start(o);
@@ -268,11 +275,11 @@ TEST(ServerLimits, AFullWaitingQueueGets429WithRetryAfter) {
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body));
   ASSERT_NE(a.read_until("data: {", 30000).find("data: {"), std::string::npos);
-  std::thread b([&] { post(*s, "/v1/completions", long_request(false)); });
+  std::thread b([&] { post(*s, "/v1/completions", long_request(false, 8)); });
   for (int i = 0; i < 3000 && s->scheduler().stats().waiting < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(s->scheduler().stats().waiting, 1);
-  auto c = post(*s, "/v1/completions", long_request(false));
+  auto c = post(*s, "/v1/completions", long_request(false, 8));
   EXPECT_EQ(c.status, 429) << c.body;
   EXPECT_EQ(c.header("retry-after"), "1");
   EXPECT_EQ(body_json(c)["error"]["code"], "queue_full");
@@ -282,7 +289,7 @@ TEST(ServerLimits, AFullWaitingQueueGets429WithRetryAfter) {
 }
 
 TEST(ServerLimits, AClientThatDisconnectsMidStreamIsCancelledAndItsBlocksFreed) {
-  ServeOptions o = tiny_options();
+  ServeOptions o = long_context_options();
   auto s = start(o);
   ASSERT_NE(s, nullptr);
   {
@@ -396,7 +403,7 @@ TEST(ServerBinary, SigtermTurnsReadinessOffDrainsInFlightRequestsAndExitsZero) {
              "--port",
              "0",
              "--max-context-length",
-             "512",
+             "4096",
              "--max-concurrency",
              "2",
              "--drain-timeout",
@@ -434,7 +441,7 @@ TEST(ServerBinary, SigtermTurnsReadinessOffDrainsInFlightRequestsAndExitsZero) {
   // An in-flight streaming request...
   testing::RawConnection c(port);
   const std::string body =
-      dump_json({{"prompt", "Drain"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}});
+      dump_json({{"prompt", "Drain"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}});
   ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\n\r\n" + body));
   ASSERT_NE(c.read_until("data: {", 30000).find("data: {"), std::string::npos);
