@@ -205,7 +205,7 @@ struct ReportFlags {
   std::vector<std::string> weight_formats = {"fp16", "int8", "int4"};
   std::vector<std::string> kv_dtypes = {"fp16", "fp8", "int8", "int4"};
   int64_t max_context = 0;
-  int32_t chart_concurrency = 1, perf_tokens = 32, perf_repeats = 1;
+  int32_t chart_concurrency = 1, perf_tokens = 32, perf_repeats = 3;
   int threads = 0;
   bool no_verify = false;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "infergate/common/fs.h"
+#include "infergate/common/json.h"
 #include "infergate/engine/sampling.h"
 #include "infergate/runtime/eval/target.h"
 #include "infergate/runtime/model/config.h"
@@ -15,6 +16,13 @@ namespace infergate::runtime::eval {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Text as a server's JSON carries it: invalid UTF-8 (a token holding part of a character) replaced the
+// way dump_json replaces it.
+std::string as_server_text(std::string_view raw) {
+  auto j = parse_json(dump_json(Json(std::string(raw))), "token text");
+  return j.ok() && j->is_string() ? j->get<std::string>() : std::string();
+}
 }  // namespace
 
 double TextScore::perplexity() const {
@@ -64,7 +72,7 @@ Result<std::unique_ptr<EngineTarget>> EngineTarget::open(const EngineTargetOptio
 std::string EngineTarget::describe() const { return describe_; }
 
 std::string EngineTarget::token_text(int32_t id) const {
-  return std::string(engine_->model().tokenizer().token_bytes(id));
+  return as_server_text(engine_->model().tokenizer().token_bytes(id));
 }
 
 Result<Completion> EngineTarget::complete(const CompletionRequest& request) {
@@ -84,6 +92,7 @@ Result<Completion> EngineTarget::complete(const CompletionRequest& request) {
   const auto t0 = Clock::now();
   INFERGATE_ASSIGN_OR_RETURN(engine::SeqId id, engine_->add_sequence(std::move(prompt), params));
   Completion out;
+  std::string raw;
   const engine::StepRequest step{id, request.prefill_chunk};
   for (;;) {
     auto r = engine_->step(std::span<const engine::StepRequest>(&step, 1));
@@ -97,13 +106,20 @@ Result<Completion> EngineTarget::complete(const CompletionRequest& request) {
       GeneratedToken g;
       g.text = token_text(u.token->token);
       g.logprob = u.token->logprob;
-      for (const auto& alt : u.token->top) g.top.push_back({token_text(alt.token), alt.logprob});
-      out.text += g.text;
+      // Alternatives with the same text are one entry, the more likely kept (as in a server's JSON object).
+      for (const auto& alt : u.token->top) {
+        std::string text = token_text(alt.token);
+        const bool seen =
+            std::any_of(g.top.begin(), g.top.end(), [&](const TopToken& t) { return t.text == text; });
+        if (!seen) g.top.push_back({std::move(text), alt.logprob});
+      }
+      raw += engine_->model().tokenizer().token_bytes(u.token->token);
       out.tokens.push_back(std::move(g));
     }
     if (u.finish != engine::FinishReason::kNone) break;
   }
   out.seconds = since(t0);
+  out.text = as_server_text(raw);
   engine_->release(id);
   return out;
 }

@@ -81,6 +81,12 @@ Result<WeightDir> weight_dir_for(WeightFormat wf, const ReportOptions& o) {
     return std::move(rep).error().context("quantizing " + o.model_dir.string() + " to " +
                                           std::string(engine::weight_format_name(wf)));
   }
+  // The quantizer carries the source's other files over; a manifest or release statement among them
+  // describes the source, not this copy.
+  for (const char* stale : {"SHA256SUMS", "release.dsse.json"}) {
+    std::error_code ec;
+    std::filesystem::remove(q.out / stale, ec);
+  }
   w.path = q.out;
   w.source =
       "quantized from " + o.model_dir.string() + " (" +
@@ -630,7 +636,9 @@ std::string quality_chart(const Report& rep) {
     xs.push_back(r.kv_bytes_per_token);
     ys.push_back(r.quality.mean_kl);
   }
-  const Axis x = range_of(xs, true), y = range_of(ys, true);
+  Axis x = range_of(xs, true);
+  const Axis y = range_of(ys, true);
+  x.hi *= 1.15;  // room for the labels of the rightmost points
   std::string s = svg_frame(
       "quality-chart", "Quality vs KV bytes per token (mean KL to fp16/fp16; lower is better)",
       "KV bytes per token", "mean KL (nats)", x, y, [](double v) { return fmt("%.0f", v); },

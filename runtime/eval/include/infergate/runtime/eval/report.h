@@ -39,7 +39,7 @@ struct ReportOptions {
   int64_t memory_bytes = 0;       // the memory budget max concurrency is computed for (> 0)
   int32_t chart_concurrency = 1;  // sequences in the memory-versus-context chart
   int32_t perf_tokens = 32;       // tokens generated per prompt for the performance group
-  int32_t perf_repeats = 1;       // times each prompt is generated (the fastest run counts)
+  int32_t perf_repeats = 3;       // times each prompt is generated (the fastest run counts)
   int threads = 0;
   // SHA256SUMS to verify each weight directory with while loading; default: <dir>/SHA256SUMS when it
   // exists (a temporary quantized copy has none and is reported as not verified).

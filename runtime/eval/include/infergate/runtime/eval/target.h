@@ -119,6 +119,9 @@ struct EngineTargetOptions {
   int threads = 0;
 };
 
+// Tokens are reported as a server reports them (so both kinds of target give the same numbers): their
+// text with invalid UTF-8 replaced by U+FFFD, and alternatives with the same text merged (the more
+// likely kept).
 class EngineTarget final : public Target {
  public:
   // Loads the engine (one sequence slot; blocks for one sequence at max_context).
