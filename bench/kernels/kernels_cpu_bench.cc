@@ -2,15 +2,24 @@
 // their scales, KV pages with theirs); the summary at the end divides them by the bandwidth of a
 // STREAM-like triad measured in the same run with the same threads, and compares quantized-KV
 // attention with fp16-KV attention. Working sets are larger than the last-level cache.
+// It also measures the fp32 FMA peak of the same threads (independent multiply-adds in registers, at
+// the instruction set the ops use) and prints decode attention's multiply-adds as a fraction of it:
+// attention does the same fp32 multiply-adds for every KV format, so a quantized format can only be
+// faster by its bytes where fp16 attention is bound by memory, not by that peak.
 //
 //   kernels_cpu_bench [--benchmark_filter=...]     INFERGATE_KERNELS_THREADS / _ISA apply
 #include <benchmark/benchmark.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "infergate/kernels/cpu.h"
@@ -48,6 +57,78 @@ void BM_Triad(benchmark::State& state) {
                           static_cast<int64_t>(3 * n * sizeof(float)));
 }
 BENCHMARK(BM_Triad)->Name("triad")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+// ---- fp32 FMA peak: 12 independent accumulators per thread, vector width of the active ISA ----
+constexpr int kFmaChains = 12;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
+  __m512 a[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+  for (int64_t k = 0; k < iters; ++k) {
+    for (auto& v : a) v = _mm512_fmadd_ps(v, x, y);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < kFmaChains; ++i) s = _mm512_add_ps(s, a[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
+}
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters) {
+  __m256 a[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-4f);
+  for (int64_t k = 0; k < iters; ++k) {
+    for (auto& v : a) v = _mm256_fmadd_ps(v, x, y);
+  }
+  __m256 s = a[0];
+  for (int i = 1; i < kFmaChains; ++i) s = _mm256_add_ps(s, a[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+#endif
+float fma_chains_scalar(int64_t iters) {
+  float a[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) a[i] = 0.001f * static_cast<float>(i);
+  for (int64_t k = 0; k < iters; ++k) {
+    for (auto& v : a) v = std::fma(v, 0.999f, 1e-4f);
+  }
+  float s = 0;
+  for (float v : a) s += v;
+  return s;
+}
+
+// Runs `iters` steps of the chains on every thread; returns the multiply-adds (lanes) done.
+int64_t fma_peak_run(int64_t iters) {
+  int lanes = 1;
+  float (*fn)(int64_t) = fma_chains_scalar;
+#if defined(__x86_64__)
+  if (cpu_isa() == CpuIsa::kAvx512) {
+    fn = fma_chains_avx512;
+    lanes = 16;
+  } else if (cpu_isa() == CpuIsa::kAvx2) {
+    fn = fma_chains_avx2;
+    lanes = 8;
+  }
+#endif
+  const int threads = cpu_threads();
+  std::vector<float> sink(static_cast<size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { sink[static_cast<size_t>(t)] = fn(iters); });
+  sink[0] = fn(iters);
+  for (auto& th : pool) th.join();
+  benchmark::DoNotOptimize(sink.data());
+  return iters * kFmaChains * lanes * threads;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  int64_t lanes = 0;
+  for (auto _ : state) lanes += fma_peak_run(int64_t{1} << 22);
+  state.SetItemsProcessed(lanes);
+}
+BENCHMARK(BM_FmaPeak)->Name("fma_peak")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
 
 // ---- GEMV / small-batch GEMM: a >= 64 MiB weight ----
 struct BenchWeight {
@@ -134,6 +215,8 @@ struct BenchCache {
 };
 
 constexpr int kSeqs = 8, kCtx = 4096, kHq = 32, kHk = 8, kDim = 128, kPage = 16;
+// fp32 multiply-adds of one decode step: q.k and p.v for every query head, token and channel.
+constexpr double kAttentionMacs = 2.0 * kSeqs * kHq * kCtx * kDim;
 
 const BenchCache& kv_cache(KvDtype dt) {
   static std::map<int, BenchCache> caches;
@@ -205,6 +288,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
+      if (const auto f = r.counters.find("items_per_second");
+          f != r.counters.end() && r.benchmark_name().rfind("fma_peak", 0) == 0) {
+        fma_peak_ = static_cast<double>(f->second);
+      }
       const auto it = r.counters.find("bytes_per_second");
       if (it == r.counters.end()) continue;
       results_.push_back(
@@ -217,15 +304,17 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       if (r.name.rfind("triad", 0) == 0) triad = r.bytes_per_second;
       if (r.name.rfind("attention_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) f16_attn = r.time;
     }
-    std::printf("\nSummary (%s, %d threads): triad %.2f GB/s\n", cpu_isa_name(cpu_isa()), cpu_threads(),
-                triad / 1e9);
-    std::printf("%-62s %10s %10s %12s\n", "op", "GB/s", "of triad", "vs f16 KV");
+    std::printf("\nSummary (%s, %d threads): triad %.2f GB/s, fp32 FMA peak %.1f G multiply-adds/s\n",
+                cpu_isa_name(cpu_isa()), cpu_threads(), triad / 1e9, fma_peak_ / 1e9);
+    std::printf("%-62s %10s %10s %12s %12s\n", "op", "GB/s", "of triad", "vs f16 KV", "of FMA peak");
     for (const auto& r : results_) {
       if (r.name.rfind("triad", 0) == 0) continue;
       std::printf("%-62s %10.2f %9.0f%%", (r.name + " " + r.label).substr(0, 62).c_str(),
                   r.bytes_per_second / 1e9, triad > 0 ? 100.0 * r.bytes_per_second / triad : 0.0);
-      if (r.name.rfind("attention_decode", 0) == 0 && f16_attn > 0)
+      if (r.name.rfind("attention_decode", 0) == 0 && f16_attn > 0) {
         std::printf(" %11.2fx", f16_attn / r.time);
+        if (fma_peak_ > 0) std::printf(" %11.0f%%", 100.0 * kAttentionMacs / (r.time * 1e-3) / fma_peak_);
+      }
       std::printf("\n");
     }
   }
@@ -236,6 +325,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double bytes_per_second, time;
   };
   std::vector<Result> results_;
+  double fma_peak_ = 0;
 };
 
 }  // namespace

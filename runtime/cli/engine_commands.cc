@@ -44,6 +44,7 @@ int fail(const Error& err, bool json) {
 struct GenerateFlags {
   std::string model, weight_format, kv_dtype, prompt, device = "cpu";
   std::string manifest;
+  std::string smooth_keys = "auto";
   int32_t max_tokens = 32;
   uint64_t seed = 0;
   double temperature = 0.0;
@@ -69,6 +70,9 @@ int run_generate(const GenerateFlags& f) {
   config.max_sequences = 1;
   config.device = f.device;
   config.threads = f.threads;
+  auto smooth = e::parse_smooth_keys(f.smooth_keys);
+  if (!smooth.ok()) return fail(smooth.error(), f.json);
+  config.smooth_keys = *smooth;
   if (!f.manifest.empty()) config.verified_manifest = f.manifest;
   e::SamplingParams params;
   params.max_tokens = f.max_tokens;
@@ -132,6 +136,7 @@ int run_generate(const GenerateFlags& f) {
               {"architecture", info.architecture},
               {"weight_format", std::string(e::weight_format_name(info.weight_format))},
               {"kv_cache_dtype", std::string(e::kv_cache_dtype_name(info.kv_dtype))},
+              {"kv_key_smoothing", e::smooth_keys_enabled(config.smooth_keys, config.kv_dtype)},
               {"verified", loaded->report.verified},
               {"prompt_tokens", r.prompt_tokens.size()},
               {"completion_tokens", r.tokens.size()},
@@ -190,6 +195,11 @@ const bool kGenerate = register_command(
        app.add_flag("--ignore-eos", f->ignore_eos, "keep generating past the model's end-of-sequence tokens");
        app.add_option("--max-context-length", f->max_context,
                       "KV pool context (default: prompt + max tokens); refused beyond the model's")
+           ->capture_default_str();
+       app.add_option(
+              "--kv-key-smoothing", f->smooth_keys,
+              "auto (on for fp8/int8/int4 KV), on or off: rescale outlier key channels into the queries "
+              "at load")
            ->capture_default_str();
        app.add_option(
            "--verified-manifest", f->manifest,

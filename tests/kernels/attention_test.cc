@@ -216,7 +216,9 @@ TEST(AttentionCpu, MatchesTheReferenceForEveryKvDtypeInDecode) {
                           {16, 1, 16, 64, {33, 5}, {1, 1}},  // GLM-4-like: 16 query heads per KV head
                           {4, 3, 3, 33, {9, 13}, {1, 1}},    // odd head_dim, no GQA, tiny pages
                           {1, 2, 4, 8, {7}, {1}},            // one-token pages
-                          {16, 2, 14, 32, {50}, {1}}};       // 7 query heads per KV head
+                          {16, 2, 14, 32, {50}, {1}},        // 7 query heads per KV head
+                          {16, 2, 8, 96, {40, 3}, {1, 1}},   // output slices that do not divide the row
+                          {8, 1, 3, 256, {30}, {1}}};        // wide heads, 3 query heads per KV head
   for (KvDtype dt : kAllDtypes) {
     for (const Shape& s : shapes) check_cpu(rng, dt, s, 0);
   }

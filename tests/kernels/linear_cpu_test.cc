@@ -121,6 +121,26 @@ TEST(LinearCpu, ALargeGemvMatchesTheReference) {
   check(rng, {WeightFormat::kInt8, 96, 4096, 0, ScaleDtype::kF16}, 1, false);
 }
 
+// Up to 8 rows of x take the int4 GEMV path (a pair of weight rows down the whole of K, in passes of
+// up to 4 rows of x) when K is a multiple of the group and of 2 * vector width; an odd row count
+// leaves one unpaired row per thread block. K that is not a multiple of the group (96 with group 64, 160 with
+// 128) or of the width falls back to the general loops, which must agree too.
+TEST(LinearCpu, Int4SmallBatchPathMatchesTheReferenceForEveryGroupSizeOddRowsAndFallbacks) {
+  Rng rng(306);
+  SCOPED_TRACE(rng.trace());
+  for (WeightFormat f : {WeightFormat::kInt4Sym, WeightFormat::kInt4Asym}) {
+    for (int32_t g : kInt4GroupSizes) {
+      for (int64_t k : {int64_t{128}, int64_t{384}, int64_t{96}, int64_t{160}, int64_t{1024}}) {
+        for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{37}, int64_t{64}}) {
+          for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{7}}) {
+            check(rng, {f, n, k, g, n % 2 == 0 ? ScaleDtype::kF16 : ScaleDtype::kBF16}, m, n == 37);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearCpu, GivesTheSameResultWithAnyThreadCount) {
   Rng rng(304);
   SCOPED_TRACE(rng.trace());

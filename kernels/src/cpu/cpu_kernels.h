@@ -51,11 +51,13 @@ struct AttnUnit {
 inline constexpr int kAttnMaxRows = 16;      // query rows per unit
 inline constexpr int kAttnChunkTokens = 16;  // KV tokens dequantized at a time
 
-// Floats of scratch one attention unit needs for head_dim d (rows padded to a multiple of 32).
+// Floats of scratch one attention unit needs for head_dim d (rows padded to a multiple of 32): q and
+// o rows, the chunk's K and V as fp32, scores and scales, the kivi channel scales, and the int4 (d, m)
+// pairs of the chunk's tokens.
 inline int64_t attention_scratch_floats(int64_t d) {
-  const int64_t dp = (d + 31) / 32 * 32;
+  const int64_t dp = (d + 31) / 32 * 32, groups = (d + 31) / 32;
   return 2 * kAttnMaxRows * dp + 2 * kAttnChunkTokens * dp + 4 * kAttnChunkTokens + 2 * kAttnMaxRows +
-         2 * dp + 64;
+         2 * dp + 4 * kAttnChunkTokens * groups + 4 * kAttnChunkTokens + 64;
 }
 
 struct Kernels {

@@ -7,10 +7,12 @@
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__)
-// GCC 12 warns "__Y may be used uninitialized" inside its own AVX-512 headers (the intrinsics start
-// from _mm512_undefined_ps by design); the warning is about the header, not this code.
+// GCC 12 warns "__Y may be / is used uninitialized" inside its own AVX-512 headers (the intrinsics
+// start from _mm512_undefined_ps by design; which of the two it says depends on inlining); the warning
+// is about the header, not this code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 

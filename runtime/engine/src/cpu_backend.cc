@@ -208,6 +208,108 @@ Result<CpuBackend::Linear> CpuBackend::load_linear(std::string_view name, int64_
   return l;
 }
 
+Status CpuBackend::scale_rows(Linear& l, const std::vector<float>& f) {
+  auto own = [&](const void* src, size_t bytes) -> uint8_t* {
+    AlignedBuffer buf(bytes);
+    if (!buf.data()) return nullptr;
+    std::memcpy(buf.data(), src, bytes);
+    owned_.push_back(std::move(buf));
+    return owned_.back().data();
+  };
+  const size_t rows = static_cast<size_t>(l.rows), cols = static_cast<size_t>(l.cols);
+  if (l.f32) {
+    float* w = reinterpret_cast<float*>(own(l.f32, rows * cols * 4));
+    if (!w) return resource_exhausted("out of memory smoothing keys");
+    for (size_t n = 0; n < rows; ++n) {
+      for (size_t c = 0; c < cols; ++c) w[n * cols + c] *= f[n];
+    }
+    l.f32 = w;
+  } else if (l.view.layout.format == k::WeightFormat::kF16 ||
+             l.view.layout.format == k::WeightFormat::kBF16) {
+    const bool f16 = l.view.layout.format == k::WeightFormat::kF16;
+    uint16_t* w = reinterpret_cast<uint16_t*>(own(l.view.data, rows * cols * 2));
+    if (!w) return resource_exhausted("out of memory smoothing keys");
+    for (size_t n = 0; n < rows; ++n) {
+      if (f[n] == 1.0f) continue;
+      for (size_t c = 0; c < cols; ++c) {
+        uint16_t& h = w[n * cols + c];
+        h = f16 ? m::f32_to_f16(m::f16_to_f32(h) * f[n]) : m::f32_to_bf16(m::bf16_to_f32(h) * f[n]);
+      }
+    }
+    l.view.data = w;
+  } else {
+    // Quantized: W[n, :] = d[n, g] * (...), so scaling row n is scaling its scales.
+    const size_t groups = static_cast<size_t>(k::weight_groups_per_row(l.view.layout));
+    uint16_t* d = reinterpret_cast<uint16_t*>(own(l.view.scales, rows * groups * 2));
+    if (!d) return resource_exhausted("out of memory smoothing keys");
+    const bool f16 = l.view.layout.scale_dtype == k::ScaleDtype::kF16;
+    for (size_t n = 0; n < rows; ++n) {
+      for (size_t g = 0; g < groups; ++g) {
+        uint16_t& h = d[n * groups + g];
+        h = f16 ? m::f32_to_f16(m::f16_to_f32(h) * f[n]) : m::f32_to_bf16(m::bf16_to_f32(h) * f[n]);
+      }
+    }
+    l.view.scales = d;
+  }
+  for (size_t n = 0; n < l.bias.size(); ++n) l.bias[n] *= f[n];
+  return ok_status();
+}
+
+Status CpuBackend::smooth_keys(Layer& L, std::string_view prefix) {
+  const int64_t Hk = shape_.num_kv_heads, Hq = shape_.num_heads, D = shape_.head_dim, H = shape_.hidden;
+  const int64_t r = rope_.rotary_dim;
+  // Expected RMS of each key channel for a unit-RMS normalised input: || W_k[row] * norm_w || (+ |b|).
+  std::vector<double> mag(static_cast<size_t>(Hk * D));
+  std::vector<float> row(static_cast<size_t>(H));
+  for (int64_t n = 0; n < Hk * D; ++n) {
+    if (L.k.f32) {
+      std::memcpy(row.data(), L.k.f32 + n * H, static_cast<size_t>(H) * 4);
+    } else {
+      k::WeightView one = L.k.view;
+      one.layout.rows = 1;
+      const int64_t rb = k::weight_row_bytes(L.k.view.layout), gr = k::weight_groups_per_row(L.k.view.layout);
+      one.data = static_cast<const uint8_t*>(L.k.view.data) + n * rb;
+      if (one.scales) one.scales = static_cast<const uint8_t*>(L.k.view.scales) + n * gr * 2;
+      if (one.zeros) one.zeros = L.k.view.zeros + n * gr;
+      ENGINE_K(k::dequantize_weight_cpu(one, k::contiguous(row.data(), 1, H)), "smooth_keys");
+    }
+    double s = 0;
+    for (int64_t c = 0; c < H; ++c) {
+      const double w =
+          static_cast<double>(row[static_cast<size_t>(c)]) * L.input_norm[static_cast<size_t>(c)];
+      s += w * w;
+    }
+    mag[static_cast<size_t>(n)] =
+        std::sqrt(s) + (L.k.bias.empty() ? 0.0 : std::abs(L.k.bias[static_cast<size_t>(n)]));
+  }
+  std::vector<float> kf(static_cast<size_t>(Hk * D), 1.0f), qf(static_cast<size_t>(Hq * D), 1.0f);
+  const bool interleaved = rope_.style == k::RopeStyle::kInterleaved;
+  for (int64_t h = 0; h < Hk; ++h) {
+    const double* m_h = mag.data() + h * D;
+    std::vector<double> sorted(m_h, m_h + D);
+    std::nth_element(sorted.begin(), sorted.begin() + D / 2, sorted.end());
+    const double median = sorted[static_cast<size_t>(D / 2)];
+    if (!(median > 0)) continue;
+    for (int64_t j = 0; j < D; ++j) {
+      // The channel RoPE rotates with j: both get the same factor so that rotation commutes.
+      int64_t partner = j;
+      if (j < r) partner = interleaved ? (j ^ 1) : (j < r / 2 ? j + r / 2 : j - r / 2);
+      const double m_pair = std::max(m_h[j], m_h[partner]);
+      const int e = static_cast<int>(std::floor(std::log2(m_pair / median) + 0.5));
+      if (e <= 0) continue;
+      const float f = std::ldexp(1.0f, -std::min(e, 12));
+      kf[static_cast<size_t>(h * D + j)] = f;
+      ++smoothed_channels_;
+      for (int64_t q = h * (Hq / Hk); q < (h + 1) * (Hq / Hk); ++q)
+        qf[static_cast<size_t>(q * D + j)] = 1.0f / f;
+    }
+  }
+  if (std::all_of(kf.begin(), kf.end(), [](float f) { return f == 1.0f; })) return ok_status();
+  INFERGATE_RETURN_IF_ERROR(scale_rows(L.k, kf).context(std::string(prefix) + "self_attn.k_proj"));
+  INFERGATE_RETURN_IF_ERROR(scale_rows(L.q, qf).context(std::string(prefix) + "self_attn.q_proj"));
+  return ok_status();
+}
+
 Status CpuBackend::load() {
   const m::ModelConfig& c = model_->config();
   if (!m::is_dense_architecture(c.architecture) || c.mla || c.moe) {
@@ -304,6 +406,7 @@ Status CpuBackend::load() {
     INFERGATE_ASSIGN_OR_RETURN(L.k, load_linear(p + "self_attn.k_proj.weight", c.kv_dim(), H, c.qkv_bias));
     INFERGATE_ASSIGN_OR_RETURN(L.v, load_linear(p + "self_attn.v_proj.weight", c.kv_dim(), H, c.qkv_bias));
     INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H, c.q_dim(), c.o_bias));
+    if (options_.smooth_keys) INFERGATE_RETURN_IF_ERROR(smooth_keys(L, p));
     L.fused = c.fused_gate_up;
     if (c.fused_gate_up) {
       INFERGATE_ASSIGN_OR_RETURN(L.gate_up, load_linear(p + "mlp.gate_up_proj.weight", 2 * I, H, false));

@@ -46,6 +46,8 @@ class CpuBackend final : public Backend {
   Status allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t max_sequences) override;
   int64_t kv_bytes() const override { return kv_bytes_; }
   Status forward(std::span<const SequenceInput> batch, ForwardOutput* out) override;
+  // Key channels rescaled by smooth_keys (0 when off or when no channel stands out).
+  int64_t smoothed_channels() const { return smoothed_channels_; }
 
  private:
   // A linear layer: a kernels weight (fp16/bf16/int8/int4) or, on the fp32 path, fp32 rows.
@@ -63,6 +65,9 @@ class CpuBackend final : public Backend {
 
   Result<std::vector<float>> vector_f32(std::string_view name, int64_t expect) const;
   Result<Linear> load_linear(std::string_view name, int64_t rows, int64_t cols, bool bias);
+  // Multiplies row n of l (and its bias) by factor[n] (powers of two: exact), copying what is mapped.
+  Status scale_rows(Linear& l, const std::vector<float>& factor);
+  Status smooth_keys(Layer& L, std::string_view prefix);
   Status linear(const Linear& l, const float* x, int64_t t, float* y);
   Status kv_write_f32(int32_t layer, const float* k, const float* v, int64_t t, const int32_t* pages,
                       const int32_t* slots);
@@ -83,6 +88,7 @@ class CpuBackend final : public Backend {
   std::vector<AlignedBuffer> owned_;  // converted weights
   int64_t owned_bytes_ = 0;
   int64_t weight_bytes_ = 0;
+  int64_t smoothed_channels_ = 0;
 
   KvSpec kv_spec_;
   int64_t num_blocks_ = 0;

@@ -412,6 +412,7 @@ Result<LoadedEngine> load_engine(const EngineConfig& config) {
   CpuBackendOptions bo;
   bo.weight_format = config.weight_format;
   bo.threads = config.threads;
+  bo.smooth_keys = smooth_keys_enabled(config.smooth_keys, config.kv_dtype);
   INFERGATE_ASSIGN_OR_RETURN(auto backend, make_cpu_backend(model, bo));
   EngineOptions eo;
   eo.kv_dtype = config.kv_dtype;

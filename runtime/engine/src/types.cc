@@ -68,4 +68,19 @@ std::optional<kernels::KvDtype> kernel_kv_dtype(KvCacheDtype d) {
   return std::nullopt;
 }
 
+bool smooth_keys_enabled(SmoothKeys s, KvCacheDtype d) {
+  if (s == SmoothKeys::kOn) return true;
+  if (s == SmoothKeys::kOff) return false;
+  return d == KvCacheDtype::kFp8 || d == KvCacheDtype::kInt8 || d == KvCacheDtype::kInt4;
+}
+
+Result<SmoothKeys> parse_smooth_keys(std::string_view n) {
+  if (n == "auto") return SmoothKeys::kAuto;
+  if (n == "on") return SmoothKeys::kOn;
+  if (n == "off") return SmoothKeys::kOff;
+  return invalid_argument("key smoothing must be auto, on or off, not \"" + std::string(n) + "\"")
+      .with_reason("InvalidArgument")
+      .with_detail("kv_key_smoothing", std::string(n));
+}
+
 }  // namespace infergate::runtime::engine

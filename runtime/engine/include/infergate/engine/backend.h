@@ -93,6 +93,13 @@ struct CpuBackendOptions {
   // Run the kernels' scalar references (ref.h) instead of the optimised ops: a second code path for
   // the quality noise floor and for checking the optimised path; slow.
   bool reference_ops = false;
+  // Key smoothing (as QServe's SmoothAttention, but data-free): key channels whose expected magnitude
+  // (from k_proj's rows and the input norm) exceeds their head's median by 2^n are scaled down by 2^n
+  // and the matching query channels up by 2^n, folded into q_proj/k_proj once at load. q.k is unchanged
+  // (powers of two, whole RoPE pairs), so fp16/bf16 caches give the same scores; caches that share one
+  // scale across a key's channels (int8, int4 per token, fp8 per head) stop losing the ordinary
+  // channels to a few outliers. load_engine turns it on for int8 and fp8 KV (SmoothKeys::kAuto).
+  bool smooth_keys = false;
 };
 
 // A CPU backend over `model` (which must outlive it: mapped weights are used in place). Refuses

@@ -198,7 +198,8 @@ struct EngineConfig {
   // Hash while loading: every file's SHA-256 is computed on the bytes the loader reads and compared
   // with this SHA256SUMS (path of the manifest; its directory must be the model directory's content).
   std::optional<std::filesystem::path> verified_manifest;
-  std::string device = "cpu";  // "cpu" (issue 12 adds "cuda" and "auto")
+  SmoothKeys smooth_keys = SmoothKeys::kAuto;
+  std::string device = "cpu";  // "cpu" or "auto" (issue 12 adds "cuda")
   int threads = 0;
 };
 

@@ -36,6 +36,14 @@ Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
 // The kernels' page dtype; nullopt for kF32 (which has no paged kernels format).
 std::optional<kernels::KvDtype> kernel_kv_dtype(KvCacheDtype d);
 
+// Key smoothing (backend.h, CpuBackendOptions::smooth_keys): kAuto turns it on for the KV dtypes that
+// share one scale across a key's channels (fp8, int8, int4 per token) and off for the others (fp32,
+// fp16, bf16, and int4-kivi, which already quantizes keys per channel).
+enum class SmoothKeys : uint8_t { kAuto, kOn, kOff };
+bool smooth_keys_enabled(SmoothKeys s, KvCacheDtype d);
+// "auto", "on", "off"; others refused with reason "InvalidArgument" naming the value.
+Result<SmoothKeys> parse_smooth_keys(std::string_view name);
+
 // A sequence's id inside one Engine: assigned by add_sequence, never reused.
 using SeqId = uint64_t;
 

@@ -1,0 +1,277 @@
+// engine_bench: decode speed of the CPU engine on a generated model of >= 100M parameters.
+//  1. decode tokens/s for fp16/int8/int4 weights x fp16/int8/int4 KV at batch 1 and 8, as ratios to
+//     fp16/fp16 at the same batch, with KV bytes per token beside each;
+//  2. decode at a long context (default 4096) per KV dtype, as ratios to fp16 KV;
+//  3. hash-while-load: load + first token with --verified-manifest against the same without.
+// Everything is measured in the same run; the generated models are deleted at the end.
+// Usage: engine_bench [--dir PARENT] [--small] [--context N] [--skip-long] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "infergate/common/fs.h"
+#include "infergate/common/manifest.h"
+#include "infergate/common/sha256.h"
+#include "infergate/engine/engine.h"
+#include "infergate/runtime/model/config.h"
+#include "infergate/runtime/model/model.h"
+#include "infergate/runtime/model/quantize.h"
+#include "infergate/runtime/model/test_model.h"
+
+namespace fs = std::filesystem;
+namespace m = infergate::runtime::model;
+namespace e = infergate::runtime::engine;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "engine_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T check(infergate::Result<T> r, const char* what) {
+  if (!r.ok()) die(std::string(what) + ": " + r.error().to_string());
+  return std::move(*r);
+}
+void check(const infergate::Status& s, const char* what) {
+  if (!s.ok()) die(std::string(what) + ": " + s.error().to_string());
+}
+
+struct Options {
+  fs::path parent;
+  bool small = false;
+  int64_t context = 4096;
+  bool skip_long = false;
+  int threads = 0;
+};
+
+std::unique_ptr<e::Engine> make_engine(const fs::path& dir, e::WeightFormat w, e::KvCacheDtype kv,
+                                       int32_t seqs, int64_t context, int threads) {
+  e::EngineConfig c;
+  c.model_dir = dir;
+  c.weight_format = w;
+  c.kv_dtype = kv;
+  c.max_sequences = seqs;
+  c.max_context = context;
+  c.threads = threads;
+  return std::move(check(e::load_engine(c), "load").engine);
+}
+
+std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> p;
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(std::min<int64_t>(vocab, 250))));
+  }
+  return p;
+}
+
+// Prefills `batch` sequences of `prompt_len` tokens (chunks of at most `chunk`), then times `steps`
+// decode steps of the whole batch after `warmup` untimed ones. Returns decode tokens/s.
+struct DecodeResult {
+  double tokens_per_s = 0;
+  double prefill_tokens_per_s = 0;
+};
+DecodeResult decode(e::Engine& eng, int32_t batch, int64_t prompt_len, int32_t warmup, int32_t steps,
+                    int32_t chunk = 0) {
+  e::SamplingParams p;
+  p.max_tokens = warmup + steps + 2;
+  p.ignore_eos = true;
+  std::vector<e::SeqId> ids;
+  for (int32_t b = 0; b < batch; ++b) {
+    ids.push_back(
+        check(eng.add_sequence(prompt_tokens(prompt_len, eng.vocab(), static_cast<uint64_t>(b + 1)), p),
+              "add_sequence"));
+  }
+  std::vector<e::StepRequest> reqs;
+  for (auto id : ids) reqs.push_back({id, chunk});
+  DecodeResult r;
+  const double t0 = now();
+  for (;;) {
+    check(eng.step(reqs), "prefill");
+    bool done = true;
+    for (auto id : ids) done = done && eng.sequence(id)->computed >= prompt_len;
+    if (done) break;
+  }
+  r.prefill_tokens_per_s = static_cast<double>(batch * prompt_len) / (now() - t0);
+  for (auto& q : reqs) q.max_tokens = 0;
+  for (int i = 0; i < warmup; ++i) check(eng.step(reqs), "warmup");
+  const double t1 = now();
+  for (int i = 0; i < steps; ++i) check(eng.step(reqs), "decode");
+  r.tokens_per_s = static_cast<double>(batch) * steps / (now() - t1);
+  for (auto id : ids) eng.release(id);
+  return r;
+}
+
+void write_manifest(const fs::path& dir) {
+  std::vector<infergate::ManifestEntry> entries;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    const std::string name = f.path().filename().string();
+    if (name == infergate::kManifestFileName) continue;
+    auto text = check(infergate::read_file(f.path(), size_t{4} << 30), "read");
+    entries.push_back({name, check(infergate::sha256(text), "sha256")});
+  }
+  auto mf = check(infergate::Manifest::from_entries(std::move(entries)), "manifest");
+  check(infergate::write_file_atomic(dir / std::string(infergate::kManifestFileName), mf.to_text()), "write");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--dir") {
+      o.parent = next();
+    } else if (a == "--small") {
+      o.small = true;
+    } else if (a == "--context") {
+      o.context = std::stoll(next());
+    } else if (a == "--skip-long") {
+      o.skip_long = true;
+    } else if (a == "--threads") {
+      o.threads = std::stoi(next());
+    } else {
+      die("unknown argument " + a + " (--dir PARENT, --small, --context N, --skip-long, --threads N)");
+    }
+  }
+  auto tmp = check(infergate::TempDir::create("engine-bench", o.parent), "temp dir");
+  const fs::path dense = tmp.path() / "fp16", int8 = tmp.path() / "int8", int4 = tmp.path() / "int4";
+  m::TestModelOptions mo;
+  mo.out = dense;
+  mo.arch = m::Architecture::kLlama;
+  mo.layers = o.small ? 4 : 16;
+  mo.hidden = o.small ? 256 : 768;
+  mo.heads = o.small ? 4 : 12;
+  mo.kv_heads = o.small ? 2 : 4;
+  mo.intermediate = o.small ? 704 : 2048;
+  mo.vocab = o.small ? 2048 : 8192;
+  mo.max_position = std::max<int64_t>(4096, o.context + 64);
+  mo.seed = 5;
+  double t = now();
+  check(m::make_test_model(mo), "make-test-model");
+  auto model = check(m::Model::open(dense), "open");
+  const uint64_t params = m::parameter_count(model.config());
+  std::printf(
+      "model: llama, %lld layers, hidden %lld, %lld heads (%lld KV), head_dim %lld, vocab %lld: %.1fM "
+      "parameters, fp16 (generated in %.1f s)\n",
+      static_cast<long long>(mo.layers), static_cast<long long>(mo.hidden), static_cast<long long>(mo.heads),
+      static_cast<long long>(mo.kv_heads), static_cast<long long>(model.config().head_dim),
+      static_cast<long long>(mo.vocab), static_cast<double>(params) / 1e6, now() - t);
+  for (auto [dir, fmt] : {std::pair{int8, m::WeightFormat::kInt8}, std::pair{int4, m::WeightFormat::kInt4}}) {
+    m::QuantizeOptions q;
+    q.model = dense;
+    q.out = dir;
+    q.scheme.format = fmt;
+    q.scheme.symmetric = fmt == m::WeightFormat::kInt8;
+    q.scheme.group_size = fmt == m::WeightFormat::kInt4 ? 128 : 0;
+    q.quantize_lm_head = true;  // so the whole decode GEMV is in the format under test
+    check(m::quantize_model(q), "quantize");
+  }
+  std::printf("quantized: int8 per row, int4 asymmetric groups of 128 (lm_head included); threads: %s\n\n",
+              o.threads > 0 ? std::to_string(o.threads).c_str() : "all cores");
+
+  // ---- 1. decode matrix ----
+  const std::pair<const char*, e::WeightFormat> wfs[] = {
+      {"fp16", e::WeightFormat::kF16}, {"int8", e::WeightFormat::kInt8}, {"int4", e::WeightFormat::kInt4}};
+  const std::pair<const char*, e::KvCacheDtype> kvs[] = {
+      {"fp16", e::KvCacheDtype::kF16}, {"int8", e::KvCacheDtype::kInt8}, {"int4", e::KvCacheDtype::kInt4}};
+  auto dir_of = [&](e::WeightFormat w) {
+    return w == e::WeightFormat::kInt8 ? int8 : w == e::WeightFormat::kInt4 ? int4 : dense;
+  };
+  const int32_t warmup = 2, steps = o.small ? 8 : 16;
+  const int64_t prompt = 64;
+  std::printf("decode at a %lld-token prompt, %d timed steps after %d warm-up (median of 3 runs)\n",
+              static_cast<long long>(prompt), steps, warmup);
+  std::printf("%-8s %-6s %8s %12s %10s %12s %10s\n", "weights", "KV", "KV B/tok", "b1 tok/s", "b1 ratio",
+              "b8 tok/s", "b8 ratio");
+  std::map<int, double> base;
+  for (auto [wn, w] : wfs) {
+    for (auto [kn, kv] : kvs) {
+      auto eng = make_engine(dir_of(w), w, kv, 8, 256, o.threads);
+      const double bpt = eng->blocks().bytes().bytes_per_token();
+      double tps[2];
+      int bi = 0;
+      for (int32_t batch : {1, 8}) {
+        std::vector<double> runs;
+        for (int rep = 0; rep < 3; ++rep)
+          runs.push_back(decode(*eng, batch, prompt, warmup, steps).tokens_per_s);
+        std::sort(runs.begin(), runs.end());
+        tps[bi] = runs[1];
+        if (w == e::WeightFormat::kF16 && kv == e::KvCacheDtype::kF16) base[batch] = tps[bi];
+        ++bi;
+      }
+      std::printf("%-8s %-6s %8.0f %12.1f %9.2fx %12.1f %9.2fx\n", wn, kn, bpt, tps[0], tps[0] / base[1],
+                  tps[1], tps[1] / base[8]);
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- 2. long context ----
+  if (!o.skip_long) {
+    std::printf("\ndecode at a %lld-token context, batch 1 (prefill in chunks of 512), 8 timed steps\n",
+                static_cast<long long>(o.context));
+    std::printf("%-8s %-6s %12s %12s %10s\n", "weights", "KV", "prefill t/s", "decode t/s", "vs fp16 KV");
+    for (auto [wn, w] : {wfs[0], wfs[2]}) {
+      double f16 = 0;
+      for (auto [kn, kv] : kvs) {
+        auto eng = make_engine(dir_of(w), w, kv, 1, o.context + 16, o.threads);
+        DecodeResult r = decode(*eng, 1, o.context, 1, 8, 512);
+        if (kv == e::KvCacheDtype::kF16) f16 = r.tokens_per_s;
+        std::printf("%-8s %-6s %12.1f %12.2f %9.2fx\n", wn, kn, r.prefill_tokens_per_s, r.tokens_per_s,
+                    r.tokens_per_s / f16);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  // ---- 3. hash while loading ----
+  write_manifest(dense);
+  auto load_and_first_token = [&](bool verified) {
+    e::EngineConfig c;
+    c.model_dir = dense;
+    c.max_sequences = 1;
+    c.max_context = 64;
+    c.threads = o.threads;
+    if (verified) c.verified_manifest = dense / std::string(infergate::kManifestFileName);
+    const double s = now();
+    auto le = check(e::load_engine(c), "load");
+    check(le.engine->score(std::vector<int32_t>{1, 2, 3}), "first token");  // touches every weight
+    return std::pair{now() - s, le.report};
+  };
+  std::vector<double> plain, hashed;
+  e::LoadReport rep;
+  for (int i = 0; i < 3; ++i) {
+    plain.push_back(load_and_first_token(false).first);
+    auto [s, r] = load_and_first_token(true);
+    hashed.push_back(s);
+    rep = r;
+  }
+  std::sort(plain.begin(), plain.end());
+  std::sort(hashed.begin(), hashed.end());
+  const uint64_t bytes = static_cast<uint64_t>(rep.bytes_hashed);
+  std::printf(
+      "\nload + first token (page cache warm, median of 3): unverified (mmap) %.3f s, hash-while-load %.3f s "
+      "(%.2fx); %.0f MB hashed in %.3f s of hashing (%.2f GB/s, overlapping the reads)\n",
+      plain[1], hashed[1], hashed[1] / plain[1], static_cast<double>(bytes) / 1e6, rep.hash_seconds,
+      static_cast<double>(bytes) / 1e9 / std::max(rep.hash_seconds, 1e-9));
+  return 0;
+}

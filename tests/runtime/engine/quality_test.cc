@@ -1,0 +1,286 @@
+// The quality of compression on a generated model with outlier key channels: top-1 agreement and mean
+// KL of every weight format x KV dtype against the fp32 reference, beside a noise-floor row (fp16
+// through two code paths), held to the bounds documented in docs/quant-formats.md.
+#include "infergate/engine/quality.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "testing.h"
+
+namespace infergate::runtime::engine {
+namespace {
+using namespace testing;
+namespace m = infergate::runtime::model;
+
+const char* kTexts[] = {
+    "The committee will meet on Thursday to review the budget and the plans for next year.",
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))",
+    "Bonjour, je voudrais réserver une table pour deux personnes ce soir à vingt heures.",
+    "In 1969 the first humans landed on the Moon; the mission was called Apollo 11.",
+    "User: What is the capital of Australia?\nAssistant: The capital of Australia is Canberra, not Sydney.\n"
+    "User: And how many people live there?\nAssistant: About 460,000 people live in Canberra.",
+    "{\"name\": \"infergate\", \"version\": 3, \"weights\": [\"int8\", \"int4\"], \"verified\": true}",
+    "Der schnelle braune Fuchs springt über den faulen Hund, und die Katze schläft in der Sonne.",
+    "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings and "
+    "arrows of outrageous fortune, or to take arms against a sea of troubles and by opposing end them.",
+};
+
+struct Row {
+  std::string name;
+  QualityMetrics q;
+  double bytes_per_token = 0;
+};
+
+class QualityMatrix : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir(temp_dir());
+    m::TestModelOptions o = small_options(m::Architecture::kLlama, 21);
+    o.hidden = 128;  // head_dim 32: one int4 group per head
+    o.layers = 2;
+    o.vocab = 512;
+    o.outlier_channels = 4;
+    o.dtype = m::DType::kF32;
+    dense_ = make_model(dir_->path() / "dense", o);
+    int8_ = quantize(dense_, dir_->path() / "int8", m::WeightFormat::kInt8);
+    int4_ = quantize(dense_, dir_->path() / "int4", m::WeightFormat::kInt4, false, 32);
+    auto base = make_engine(dense_, {WeightFormat::kF32, KvCacheDtype::kF32});
+    for (const char* t : kTexts) prompts_.push_back(base->tokenize(t));
+    baseline_ = new std::vector<std::vector<float>>();
+    for (const auto& p : prompts_) baseline_->push_back(*base->score(p));
+  }
+  static void TearDownTestSuite() {
+    delete baseline_;
+    delete dir_;
+  }
+
+  static std::filesystem::path dir_for(WeightFormat w) {
+    return w == WeightFormat::kInt8 ? int8_ : w == WeightFormat::kInt4 ? int4_ : dense_;
+  }
+
+  static QualityMetrics against_baseline(Engine& e, int32_t chunk = 0) {
+    QualityAccumulator acc;
+    const size_t v = static_cast<size_t>(e.vocab());
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      auto got = e.score(prompts_[i], chunk);
+      EXPECT_TRUE(got.ok());
+      for (size_t r = 0; r < prompts_[i].size(); ++r) {
+        acc.add_logits(std::span<const float>((*baseline_)[i]).subspan(r * v, v),
+                       std::span<const float>(*got).subspan(r * v, v));
+      }
+    }
+    return acc.result();
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::filesystem::path dense_, int8_, int4_;
+  static inline std::vector<std::vector<int32_t>> prompts_;
+  static inline std::vector<std::vector<float>>* baseline_ = nullptr;
+};
+
+TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) {
+  const WeightFormat wfs[] = {WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kInt8,
+                              WeightFormat::kInt4};
+  const KvCacheDtype kvs[] = {KvCacheDtype::kF16,  KvCacheDtype::kBF16, KvCacheDtype::kFp8,
+                              KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi};
+  // (weights, KV, key smoothing) -> metrics; smoothing as load_engine's default (auto), and off.
+  std::map<std::tuple<WeightFormat, KvCacheDtype, bool>, QualityMetrics> q;
+  std::vector<Row> rows;
+  int64_t positions = 0;
+  for (const auto& p : prompts_) positions += static_cast<int64_t>(p.size());
+  ASSERT_GE(positions, 400);
+
+  // Noise floor: fp16/fp16 through the optimised kernels in one prefill, against the kernels' scalar
+  // references token by token (the decode path).
+  {
+    auto a = make_engine(dense_, {WeightFormat::kF16, KvCacheDtype::kF16});
+    auto b = make_engine(dense_, {WeightFormat::kF16, KvCacheDtype::kF16, 4, 256, 0, true});
+    QualityAccumulator acc;
+    const size_t v = static_cast<size_t>(a->vocab());
+    for (const auto& p : prompts_) {
+      auto x = a->score(p, 0), y = b->score(p, 1);
+      for (size_t r = 0; r < p.size(); ++r) {
+        acc.add_logits(std::span<const float>(*x).subspan(r * v, v),
+                       std::span<const float>(*y).subspan(r * v, v));
+      }
+    }
+    rows.push_back({"noise floor: fp16/fp16, two code paths", acc.result(), 512});
+    EXPECT_EQ(acc.result().top1_agreement, 1.0);
+    EXPECT_LE(acc.result().mean_kl, 1e-6);
+  }
+  for (WeightFormat w : wfs) {
+    for (KvCacheDtype kv : kvs) {
+      for (bool smooth : {true, false}) {
+        const bool by_default = smooth_keys_enabled(SmoothKeys::kAuto, kv);
+        if (smooth && !by_default) continue;  // identical to the row without
+        EngineSetup setup{w, kv};
+        setup.smooth_keys = smooth;
+        auto e = make_engine(dir_for(w), setup);
+        ASSERT_TRUE(e);
+        const QualityMetrics r = against_baseline(*e);
+        q[{w, kv, smooth}] = r;
+        if (!by_default) q[{w, kv, true}] = r;
+        std::string name = std::string(weight_format_name(w)) + " / " + std::string(kv_cache_dtype_name(kv));
+        if (by_default) name += smooth ? " (default: keys smoothed)" : " (--kv-key-smoothing off)";
+        rows.push_back({name, r, e->blocks().bytes().bytes_per_token()});
+      }
+    }
+  }
+  std::printf(
+      "\n| weights / KV cache | top-1 agreement | mean KL | max KL | KV bytes/token/layer |\n"
+      "|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %.4f | %.2e | %.2e | %.0f |\n", r.name.c_str(), r.q.top1_agreement, r.q.mean_kl,
+                r.q.max_kl, r.bytes_per_token / 2);
+  }
+  std::printf(
+      "(%lld positions over %zu fixed prompts; baseline fp32 weights + fp32 KV; llama, 2 layers, hidden 128, "
+      "head_dim 32, 4 outlier key channels per KV head)\n",
+      static_cast<long long>(positions), prompts_.size());
+
+  // The bounds of docs/quant-formats.md ("Quality bounds"), for the default configuration.
+  struct Bound {
+    double top1, kl;
+  };
+  auto bound_for = [](WeightFormat w, KvCacheDtype kv) -> Bound {
+    Bound b{0.99, 0.001};  // fp16/bf16 weights with fp16, bf16 or int8 KV
+    if (kv == KvCacheDtype::kFp8) b = {0.97, 0.002};
+    if (kv == KvCacheDtype::kInt4 || kv == KvCacheDtype::kInt4Kivi) b = {0.93, 0.01};
+    if (w == WeightFormat::kInt8) b = {std::min(b.top1, 0.96), std::max(b.kl, 0.003)};
+    if (w == WeightFormat::kInt4) b = {std::min(b.top1, 0.85), std::max(b.kl, 0.06)};
+    return b;
+  };
+  for (WeightFormat w : wfs) {
+    for (KvCacheDtype kv : kvs) {
+      const QualityMetrics r = q[{w, kv, true}];
+      const Bound b = bound_for(w, kv);
+      EXPECT_GE(r.top1_agreement, b.top1) << weight_format_name(w) << "/" << kv_cache_dtype_name(kv);
+      EXPECT_LE(r.mean_kl, b.kl) << weight_format_name(w) << "/" << kv_cache_dtype_name(kv);
+    }
+  }
+  // int8 KV is nearly free (with fp16 and bf16 weights, against fp32).
+  for (WeightFormat w : {WeightFormat::kF16, WeightFormat::kBF16}) {
+    const QualityMetrics r = q[{w, KvCacheDtype::kInt8, true}];
+    EXPECT_LE(r.mean_kl, 0.001) << weight_format_name(w);
+    EXPECT_GE(r.top1_agreement, 0.99) << weight_format_name(w);
+  }
+  // The regression a quality gate must catch: per-token int4 keys (no smoothing) lose the ordinary
+  // channels next to the outliers; per-channel keys (int4-kivi) do not.
+  for (WeightFormat w : wfs) {
+    const QualityMetrics tok = q[{w, KvCacheDtype::kInt4, false}],
+                         kivi = q[{w, KvCacheDtype::kInt4Kivi, false}];
+    EXPECT_GT(tok.mean_kl, 4 * kivi.mean_kl) << weight_format_name(w);
+    EXPECT_LT(tok.top1_agreement + 0.05, kivi.top1_agreement) << weight_format_name(w);
+  }
+  // Smoothing is what makes per-token scales work on this model, and changes nothing for fp8 and kivi.
+  const QualityMetrics raw8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, false}];
+  const QualityMetrics smooth8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, true}];
+  EXPECT_LT(smooth8.mean_kl * 5, raw8.mean_kl);
+  // Fewer weight bits never help.
+  const double kl16 = q[{WeightFormat::kF16, KvCacheDtype::kF16, true}].mean_kl;
+  const double kl8 = q[{WeightFormat::kInt8, KvCacheDtype::kF16, true}].mean_kl;
+  const double kl4 = q[{WeightFormat::kInt4, KvCacheDtype::kF16, true}].mean_kl;
+  EXPECT_LT(kl16, kl8);
+  EXPECT_LT(kl8, kl4);
+}
+
+TEST_F(QualityMatrix, KeySmoothingLeavesHalfPrecisionCachesBitForBitAlone) {
+  auto a = make_engine(dense_, {WeightFormat::kF16, KvCacheDtype::kF16});
+  EngineSetup s{WeightFormat::kF16, KvCacheDtype::kF16};
+  s.smooth_keys = true;
+  auto b = make_engine(dense_, s);
+  auto x = a->score(prompts_[0]), y = b->score(prompts_[0]);
+  ASSERT_TRUE(x.ok() && y.ok());
+  double max = 0;
+  for (size_t i = 0; i < x->size(); ++i) max = std::max(max, std::abs(double((*x)[i]) - (*y)[i]));
+  EXPECT_LT(max, 1e-4) << "powers of two commute with fp16 rounding and RoPE";
+}
+
+TEST(Quality, IdenticalRunsAgreeFullyWithZeroKl) {
+  std::vector<float> a = {1, 2, 3, 0.5f, 4, 1, 1, 1};
+  QualityMetrics r = compare_logits(a, a, 4);
+  EXPECT_EQ(r.positions, 2);
+  EXPECT_EQ(r.top1_agreement, 1.0);
+  EXPECT_NEAR(r.mean_kl, 0.0, 1e-12);
+  std::vector<float> b = {1, 4, 3, 0.5f, 4, 1, 1, 1};  // first position's argmax moves
+  r = compare_logits(a, b, 4);
+  EXPECT_EQ(r.top1_agreement, 0.5);
+  EXPECT_GT(r.mean_kl, 0.1);
+  EXPECT_NEAR(r.max_kl,
+              kl_divergence_logits(std::span<const float>(a).first(4), std::span<const float>(b).first(4)),
+              1e-12);
+}
+
+TEST(Quality, KlOfTopLogprobsIsZeroForTheSameListsAndPositiveOtherwise) {
+  QualityAccumulator acc;
+  std::vector<TokenLogprob> x = {{5, -0.1f}, {7, -2.5f}, {1, -4.0f}};
+  acc.add_top_logprobs(x, x);
+  EXPECT_NEAR(acc.result().mean_kl, 0.0, 1e-9);
+  std::vector<TokenLogprob> y = {{7, -0.3f}, {5, -1.5f}, {9, -3.0f}};
+  acc.add_top_logprobs(x, y);
+  QualityMetrics r = acc.result();
+  EXPECT_EQ(r.positions, 2);
+  EXPECT_EQ(r.top1_agreement, 0.5);
+  EXPECT_GT(r.max_kl, 0.1);
+}
+
+TEST(Quality, CompareEnginesScoresBothOnTheSamePrompts) {
+  TempDir dir = temp_dir();
+  auto path = make_model(dir.path() / "m", small_options());
+  auto a = make_engine(path, {WeightFormat::kF16, KvCacheDtype::kF16});
+  auto b = make_engine(path, {WeightFormat::kF16, KvCacheDtype::kInt8});
+  std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7}};
+  auto same = compare_engines(*a, *a, prompts);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->positions, 8);
+  EXPECT_EQ(same->mean_kl, 0.0);
+  auto diff = compare_engines(*a, *b, prompts);
+  ASSERT_TRUE(diff.ok());
+  EXPECT_GT(diff->mean_kl, 0.0);
+  EXPECT_LT(diff->mean_kl, 0.01);
+}
+
+}  // namespace
+}  // namespace infergate::runtime::engine
+
+namespace infergate::runtime::engine {
+namespace {
+using namespace testing;
+
+class SmoothingTest : public ::testing::TestWithParam<m::Architecture> {};
+
+TEST_P(SmoothingTest, KeepsScoresExactAndHelpsInt8KeysOnEveryArchitecture) {
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(GetParam(), 8);
+  o.hidden = 128;
+  o.outlier_channels = 2;
+  auto path = make_model(dir.path() / "m", o);
+  const std::vector<int32_t> prompt = {5,  61, 200, 17, 3, 99, 250, 31, 8, 140,
+                                       77, 12, 1,   2,  3, 4,  300, 41, 9, 10};
+  auto score = [&](KvCacheDtype kv, bool smooth) {
+    EngineSetup s{WeightFormat::kF16, kv};
+    s.smooth_keys = smooth;
+    return *make_engine(path, s)->score(prompt);
+  };
+  auto f32 = *make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32})->score(prompt);
+  const auto plain = score(KvCacheDtype::kF16, false), smoothed = score(KvCacheDtype::kF16, true);
+  double max = 0;
+  for (size_t i = 0; i < plain.size(); ++i) max = std::max(max, std::abs(double(plain[i]) - smoothed[i]));
+  EXPECT_LT(max, 1e-4) << "q.k must be unchanged (RoPE partners scaled together)";
+  const int64_t v = 320;
+  const double raw = compare_logits(f32, score(KvCacheDtype::kInt8, false), v).mean_kl;
+  const double fixed = compare_logits(f32, score(KvCacheDtype::kInt8, true), v).mean_kl;
+  EXPECT_LT(fixed * 3, raw) << "smoothing must reach the outlier channels";
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SmoothingTest,
+                         ::testing::Values(m::Architecture::kLlama, m::Architecture::kQwen2,
+                                           m::Architecture::kGlm, m::Architecture::kGlm4),
+                         [](const auto& p) { return std::string(m::architecture_name(p.param)); });
+
+}  // namespace
+}  // namespace infergate::runtime::engine

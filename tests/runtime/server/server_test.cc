@@ -1,0 +1,485 @@
+// The runtime server end to end on loopback: the OpenAI API with our client, curl and Python's standard
+// library; every bad input; back-pressure (429); disconnects; a bounded load test; metrics through
+// promtool; the verified manifest; SIGTERM drain of the real binary; traffic replay.
+#include "infergate/runtime/server/server.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "infergate/common/fs.h"
+#include "infergate/common/subprocess.h"
+#include "infergate/runtime/server/bench.h"
+#include "testing.h"
+
+namespace infergate::runtime::server {
+namespace {
+
+using testing::get;
+using testing::post;
+using testing::sse_events;
+using testing::start;
+using testing::tiny_options;
+
+Json body_json(const ClientResponse& r) {
+  Json j = Json::parse(r.body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.body;
+  return j;
+}
+
+// Runs the Python client; returns its JSON line.
+Json python_client(const Server& s, const std::string& endpoint, const Json& body) {
+  auto r = run_command({INFERGATE_SYSTEM_PYTHON, std::string(INFERGATE_SERVER_TEST_DIR) + "/sse_client.py",
+                        s.url(), endpoint, dump_json(body)},
+                       std::chrono::seconds(120));
+  EXPECT_TRUE(r.ok());
+  if (!r.ok()) return {};
+  EXPECT_TRUE(r->status.success()) << r->err;
+  Json j = Json::parse(r->out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r->out << r->err;
+  return j;
+}
+
+Json curl(const Server& s, const std::string& endpoint, const std::string& body, int* status) {
+  auto r = run_command({"curl", "-sS", "-w", "\n%{http_code}", "-H", "Content-Type: application/json", "-d",
+                        body, s.url() + endpoint},
+                       std::chrono::seconds(120));
+  EXPECT_TRUE(r.ok() && r->status.success()) << (r.ok() ? r->err : "");
+  if (!r.ok()) return {};
+  const size_t nl = r->out.rfind('\n');
+  *status = std::stoi(r->out.substr(nl + 1));
+  return Json::parse(r->out.substr(0, nl), nullptr, false);
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = start(tiny_options()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Server* server_;
+};
+Server* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, ServesHealthReadinessModelsAndMetrics) {
+  ASSERT_NE(server_, nullptr);
+  EXPECT_EQ(get(*server_, "/healthz").status, 200);
+  EXPECT_EQ(get(*server_, "/readyz").status, 200);
+  auto models = get(*server_, "/v1/models");
+  EXPECT_EQ(models.status, 200);
+  Json m = body_json(models);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 512);
+  auto metrics = get(*server_, "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.header("content-type").find("text/plain"), std::string::npos);
+  EXPECT_NE(metrics.body.find("infergate_model_info{"), std::string::npos);
+  EXPECT_NE(metrics.body.find("kv_cache_dtype=\"fp16\""), std::string::npos);
+}
+
+TEST_F(ServerTest, CompletesTheSameGreedyTextForOurClientCurlAndPython) {
+  const Json req = {
+      {"model", "tiny"}, {"prompt", "The quick brown fox"}, {"max_tokens", 12}, {"temperature", 0}};
+  auto ours = post(*server_, "/v1/completions", dump_json(req));
+  ASSERT_EQ(ours.status, 200) << ours.body;
+  Json j = body_json(ours);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_TRUE(j["id"].get<std::string>().rfind("cmpl-", 0) == 0);
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(),
+            j["usage"]["total_tokens"].get<int>());
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+
+  int status = 0;
+  Json c = curl(*server_, "/v1/completions", dump_json(req), &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(c["choices"][0]["text"], text);
+
+  Json py = python_client(*server_, "/v1/completions", req);
+  EXPECT_EQ(py["text"], text);
+
+  // Streamed: the chunks join to the same text, checked by the independent client's strict parser.
+  Json sreq = req;
+  sreq["stream"] = true;
+  sreq["stream_options"] = {{"include_usage", true}};
+  Json streamed = python_client(*server_, "/v1/completions", sreq);
+  EXPECT_EQ(streamed["text"], text);
+  EXPECT_EQ(streamed["finish_reason"], j["choices"][0]["finish_reason"]);
+  EXPECT_EQ(streamed["usage"]["completion_tokens"], j["usage"]["completion_tokens"]);
+  EXPECT_GE(streamed["chunks"].get<int>(), 2);
+}
+
+TEST_F(ServerTest, StreamsChatInTheOpenAiShape) {
+  const Json req = {
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello there"}}}},
+      {"max_tokens", 10},
+      {"temperature", 0}};
+  auto plain = post(*server_, "/v1/chat/completions", dump_json(req));
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  Json j = body_json(plain);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  Json sreq = req;
+  sreq["stream"] = true;
+  Json py = python_client(*server_, "/v1/chat/completions", sreq);
+  EXPECT_EQ(py["text"], j["choices"][0]["message"]["content"]);
+  // Our client sees the raw events: the last two are the finish chunk and [DONE].
+  auto raw = post(*server_, "/v1/chat/completions", dump_json(sreq));
+  EXPECT_EQ(raw.header("content-type"), "text/event-stream");
+  auto events = sse_events(raw.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json last = Json::parse(events[events.size() - 2]);
+  EXPECT_FALSE(last["choices"][0]["finish_reason"].is_null());
+}
+
+TEST_F(ServerTest, ReturnsLogprobsInBothLegacyAndChatShapes) {
+  auto c = post(*server_, "/v1/completions",
+                dump_json({{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}}));
+  ASSERT_EQ(c.status, 200) << c.body;
+  Json lp = body_json(c)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 4u);
+  for (const auto& t : lp["top_logprobs"]) EXPECT_GE(t.size(), 1u);
+  // Greedy: the chosen token is the most likely, so its logprob is the top alternative's.
+  double best = -1e9;
+  for (auto& [k, v] : lp["top_logprobs"][0].items()) best = std::max(best, v.get<double>());
+  EXPECT_NEAR(lp["token_logprobs"][0].get<double>(), best, 1e-5);
+  auto chat = post(*server_, "/v1/chat/completions",
+                   dump_json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                              {"max_tokens", 3},
+                              {"temperature", 0},
+                              {"logprobs", true},
+                              {"top_logprobs", 2}}));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  Json content = body_json(chat)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u);
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_TRUE(content[0].contains("bytes"));
+}
+
+TEST_F(ServerTest, SeededSamplingIsReproducible) {
+  const Json req = {
+      {"prompt", "Once upon"}, {"max_tokens", 10}, {"temperature", 1.0}, {"top_p", 0.9}, {"seed", 42}};
+  auto a = post(*server_, "/v1/completions", dump_json(req));
+  auto b = post(*server_, "/v1/completions", dump_json(req));
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(body_json(a)["choices"][0]["text"], body_json(b)["choices"][0]["text"]);
+}
+
+TEST_F(ServerTest, RefusesEveryBadInputWithItsStatusAndAnOpenAiError) {
+  struct Case {
+    std::string path, method, body;
+    int status;
+    std::string code;
+  };
+  const std::string long_prompt(3000, 'a');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "POST", "{not json", 400, "invalid_json"},
+      {"/v1/completions", "POST", R"({"prompt": 12})", 400, "invalid_type"},
+      {"/v1/completions", "POST", R"({"prompt": "x", "temperature": -1})", 400, "invalid_value"},
+      {"/v1/completions", "POST", R"({"prompt": "x", "max_tokens": 100000000})", 400,
+       "context_length_exceeded"},
+      {"/v1/completions", "POST", dump_json({{"prompt", long_prompt}}), 400, "context_length_exceeded"},
+      {"/v1/completions", "POST", R"({"prompt": [1, 2, 999999]})", 400, "invalid_value"},
+      {"/v1/completions", "POST", R"({"model": "other", "prompt": "x"})", 404, "model_not_found"},
+      {"/v1/chat/completions", "POST", R"({"messages": [{"role": "user"}]})", 400,
+       "missing_required_parameter"},
+      {"/v1/completions", "GET", "", 405, "method_not_allowed"},
+      {"/v1/nothing", "GET", "", 404, "not_found"},
+  };
+  for (const auto& c : cases) {
+    ClientRequest r;
+    r.method = c.method;
+    r.target = c.path;
+    r.body = c.body;
+    auto resp = http_call(*parse_url(server_->url()), r);
+    ASSERT_TRUE(resp.ok());
+    EXPECT_EQ(resp->status, c.status) << c.body << " -> " << resp->body;
+    Json j = body_json(*resp);
+    ASSERT_TRUE(j.contains("error")) << resp->body;
+    EXPECT_EQ(j["error"]["code"], c.code) << c.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    EXPECT_TRUE(j["error"].contains("type") && j["error"].contains("param"));
+  }
+  // Over the body limit (8 MiB by default): 413 with an OpenAI error, from curl too.
+  auto dir = TempDir::create("body");
+  ASSERT_TRUE(dir.ok());
+  auto big = dir->path() / "big.json";
+  ASSERT_TRUE(write_file_atomic(big, "{\"prompt\": \"" + std::string(9u << 20, 'a') + "\"}").ok());
+  auto r = run_command({"curl", "-sS", "-w", "\n%{http_code}", "-H", "Content-Type: application/json",
+                        "--data-binary", "@" + big.string(), server_->url() + "/v1/completions"},
+                       std::chrono::seconds(60));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->out.find("\n413"), std::string::npos) << r->out << r->err;
+  EXPECT_NE(r->out.find("request_too_large"), std::string::npos) << r->out;
+  // The server is still fine afterwards.
+  EXPECT_EQ(get(*server_, "/healthz").status, 200);
+}
+
+TEST_F(ServerTest, MetricsPassPromtoolAfterTraffic) {
+  if (!std::filesystem::exists(INFERGATE_PROMTOOL)) GTEST_SKIP() << "promtool is not installed";
+  ASSERT_EQ(post(*server_, "/v1/completions", R"({"prompt":"x","max_tokens":3})").status, 200);
+  ASSERT_EQ(post(*server_, "/v1/completions", R"({"prompt":"x","top_p":7})").status, 400);
+  auto m = get(*server_, "/metrics");
+  auto dir = TempDir::create("metrics");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(write_file_atomic(dir->path() / "m.txt", m.body).ok());
+  auto r =
+      run_command({"/bin/sh", "-c",
+                   std::string(INFERGATE_PROMTOOL) + " check metrics < " + (dir->path() / "m.txt").string()},
+                  std::chrono::seconds(30));
+  ASSERT_TRUE(r.ok());
+  // The one finding CONTRACTS.md forces (a gauge named *_total) is the only one allowed.
+  const std::string known =
+      "infergate_kv_cache_blocks_total non-counter metrics should not have \"_total\" suffix\n";
+  std::string findings = r->out + r->err;
+  if (findings.find(known) != std::string::npos) findings.erase(findings.find(known), known.size());
+  EXPECT_EQ(findings, "");
+  EXPECT_NE(m.body.find("infergate_request_errors_total{reason=\"invalid_value\"}"), std::string::npos);
+  EXPECT_EQ(m.body.find("infergate_requests_total 0"), std::string::npos);
+}
+
+// A long greedy generation that holds its sequence for a while.
+std::string long_request(bool stream) {
+  return dump_json({{"prompt", "Count:"},
+                    {"max_tokens", 480},
+                    {"temperature", 0},
+                    {"ignore_eos", true},
+                    {"stream", stream}});
+}
+
+TEST(ServerLimits, AFullWaitingQueueGets429WithRetryAfter) {
+  ServeOptions o = tiny_options();
+  o.max_concurrency = 1;
+  o.max_waiting = 1;
+  auto s = start(o);
+  ASSERT_NE(s, nullptr);
+  // A runs (streaming, held open), B waits, C is refused.
+  testing::RawConnection a(s->port());
+  const std::string body = long_request(true);
+  ASSERT_TRUE(a.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_NE(a.read_until("data: {", 30000).find("data: {"), std::string::npos);
+  std::thread b([&] { post(*s, "/v1/completions", long_request(false)); });
+  for (int i = 0; i < 3000 && s->scheduler().stats().waiting < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(s->scheduler().stats().waiting, 1);
+  auto c = post(*s, "/v1/completions", long_request(false));
+  EXPECT_EQ(c.status, 429) << c.body;
+  EXPECT_EQ(c.header("retry-after"), "1");
+  EXPECT_EQ(body_json(c)["error"]["code"], "queue_full");
+  a.close();  // A's client goes away: B runs
+  b.join();
+  EXPECT_DOUBLE_EQ(s->metrics().errors_total("queue_full"), 1);
+}
+
+TEST(ServerLimits, AClientThatDisconnectsMidStreamIsCancelledAndItsBlocksFreed) {
+  ServeOptions o = tiny_options();
+  auto s = start(o);
+  ASSERT_NE(s, nullptr);
+  {
+    testing::RawConnection c(s->port());
+    const std::string body = long_request(true);
+    ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body));
+    ASSERT_NE(c.read_until("data: {", 30000).find("data: {"), std::string::npos);
+    ASSERT_GT(s->scheduler().stats().blocks_used, 0);
+  }
+  for (int i = 0;
+       i < 2000 && (s->scheduler().stats().blocks_used != 0 || s->scheduler().stats().running != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto st = s->scheduler().stats();
+  EXPECT_EQ(st.blocks_used, 0);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.cancelled, 1);
+  EXPECT_DOUBLE_EQ(s->metrics().errors_total("cancelled"), 1);
+}
+
+TEST(ServerLoad, ConcurrentClientsForABoundedTimeGetNoErrorsLeakNoBlocksAndKeepMemoryFlat) {
+  ServeOptions o = tiny_options();
+  o.max_concurrency = 8;
+  auto s = start(o);
+  ASSERT_NE(s, nullptr);
+  constexpr int kClients = 8;
+  auto round = [&](std::chrono::milliseconds length) {
+    std::atomic<int> ok{0}, bad{0};
+    std::vector<std::thread> clients;
+    const auto end = std::chrono::steady_clock::now() + length;
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
+          Json req = {{"prompt", "Load test " + std::to_string(c) + " " + std::to_string(i)},
+                      {"max_tokens", 8 + (i % 8)},
+                      {"temperature", 0.7},
+                      {"seed", i},
+                      {"stream", (i + c) % 2 == 0}};
+          auto r =
+              post(*s, c % 3 == 0 ? "/v1/chat/completions" : "/v1/completions",
+                   c % 3 == 0 ? dump_json({{"messages", {{{"role", "user"}, {"content", req["prompt"]}}}},
+                                           {"max_tokens", req["max_tokens"]},
+                                           {"stream", req["stream"]}})
+                              : dump_json(req));
+          (r.status == 200 ? ok : bad)++;
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    return std::make_pair(ok.load(), bad.load());
+  };
+  auto [ok1, bad1] = round(std::chrono::milliseconds(1500));  // warm-up: allocator pools, thread stacks
+  const int64_t rss1 = testing::rss_bytes();
+  auto [ok2, bad2] = round(std::chrono::milliseconds(3000));
+  const int64_t rss2 = testing::rss_bytes();
+  EXPECT_EQ(bad1 + bad2, 0);
+  EXPECT_GT(ok2, kClients);
+  ASSERT_TRUE(s->scheduler().wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(s->scheduler().stats().blocks_used, 0) << "blocks leaked";
+  EXPECT_EQ(s->scheduler().stats().running, 0);
+  // Flat: twice the traffic of the warm-up adds less than 16 MiB of resident memory.
+  EXPECT_LT(rss2 - rss1, int64_t{16} << 20) << "rss " << rss1 << " -> " << rss2;
+  std::printf("load: %d + %d requests ok, rss %.1f -> %.1f MiB\n", ok1, ok2, rss1 / 1048576.0,
+              rss2 / 1048576.0);
+}
+
+TEST(ServerVerified, ReadyOnlyWhenEveryFileMatchesTheManifest) {
+  auto dir = TempDir::create("verified");
+  ASSERT_TRUE(dir.ok());
+  const auto model = dir->path() / "tiny";
+  std::filesystem::copy(testing::tiny_model(), model, std::filesystem::copy_options::recursive);
+  auto sums = run_command(
+      {"/bin/sh", "-c",
+       "cd '" + model.string() +
+           "' && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum > SHA256SUMS"},
+      std::chrono::seconds(30));
+  ASSERT_TRUE(sums.ok() && sums->status.success());
+  ServeOptions o = tiny_options();
+  o.model_dir = model;
+  o.verified_manifest = model / "SHA256SUMS";
+  {
+    auto s = start(o);
+    ASSERT_NE(s, nullptr);
+    EXPECT_TRUE(s->info().verified);
+    EXPECT_EQ(s->info().release_digest.rfind("sha256:", 0), 0u);
+    auto m = get(*s, "/metrics").body;
+    EXPECT_NE(m.find("verified=\"true\""), std::string::npos);
+    EXPECT_NE(m.find("release_digest=\"" + s->info().release_digest + "\""), std::string::npos);
+  }
+  // One byte of the tokenizer changed after verification: the server refuses to start.
+  auto tok = read_file(model / "tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  std::string changed = *tok;
+  changed[changed.size() / 2] = changed[changed.size() / 2] == 'a' ? 'b' : 'a';
+  ASSERT_TRUE(write_file_atomic(model / "tokenizer.json", changed).ok());
+  auto refused = Server::start(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().reason(), "DigestMismatch") << refused.error().to_string();
+}
+
+TEST(ServerBinary, SigtermTurnsReadinessOffDrainsInFlightRequestsAndExitsZero) {
+  auto dir = TempDir::create("drain");
+  ASSERT_TRUE(dir.ok());
+  const auto log = dir->path() / "serve.log";
+  SpawnOptions so;
+  so.argv = {INFERGATE_RUNTIME_BIN,
+             "serve",
+             "--model",
+             testing::tiny_model().string(),
+             "--port",
+             "0",
+             "--max-context-length",
+             "512",
+             "--max-concurrency",
+             "2",
+             "--drain-timeout",
+             "60",
+             "--threads",
+             "1"};
+  so.stderr_file = log;
+  so.stdout_file = log;
+  auto proc = Subprocess::spawn(so);
+  ASSERT_TRUE(proc.ok());
+  // The port comes from the "listening on http://H:PORT" line.
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto text = read_file(log);
+    if (!text.ok()) continue;
+    size_t at = text->find("listening on http://127.0.0.1:");
+    if (at != std::string::npos)
+      port = std::atoi(text->c_str() + at + std::strlen("listening on http://127.0.0.1:"));
+  }
+  ASSERT_GT(port, 0) << read_file(log).value_or("");
+  Url url{"127.0.0.1", port, ""};
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
+    ClientRequest r;
+    r.method = method;
+    r.target = path;
+    r.body = body;
+    auto resp = http_call(url, r);
+    return resp.ok() ? resp->status : -1;
+  };
+  for (int i = 0; i < 600 && call("GET", "/readyz") != 200; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(call("GET", "/readyz"), 200);
+
+  // An in-flight streaming request...
+  testing::RawConnection c(port);
+  const std::string body =
+      dump_json({{"prompt", "Drain"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}});
+  ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_NE(c.read_until("data: {", 30000).find("data: {"), std::string::npos);
+  // ...then SIGTERM: readiness turns off and new requests are refused while it finishes.
+  proc->signal(SIGTERM);
+  int ready = 200;
+  for (int i = 0; i < 200 && ready == 200; ++i) {
+    ready = call("GET", "/readyz");
+    if (ready == 200) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(ready, 503);
+  EXPECT_EQ(call("POST", "/v1/completions", R"({"prompt":"late","max_tokens":2})"), 503);
+  std::string rest = c.read_until("data: [DONE]", 60000);
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos) << "the in-flight stream did not finish";
+  EXPECT_NE(rest.find("\"finish_reason\":\"length\""), std::string::npos);
+  auto status = proc->wait_for(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(status->success()) << status->describe() << "\n" << read_file(log).value_or("");
+}
+
+TEST(ServerBench, ReplaysTheBundledPromptsAgainstALiveServer) {
+  ServeOptions o = tiny_options();
+  // The retrieval prompt is long in the tiny 512-token vocabulary (about one token per 1.5 bytes).
+  o.max_context_length = 4096;
+  auto s = start(o);
+  ASSERT_NE(s, nullptr);
+  auto prompts = parse_prompts(default_prompts_jsonl(), "default");
+  ASSERT_TRUE(prompts.ok());
+  BenchOptions b;
+  b.url = s->url();
+  b.rate = 20;
+  b.duration = 1.0;
+  b.seed = 1;
+  b.max_tokens = 8;
+  auto report = run_bench(b, *prompts);
+  ASSERT_TRUE(report.ok()) << report.error().to_string();
+  EXPECT_EQ(report->sent, static_cast<int64_t>(poisson_arrivals(20, 1.0, 1).size()));
+  EXPECT_EQ(report->errors, 0) << report->to_table();
+  EXPECT_EQ(report->ok, report->sent);
+  EXPECT_GT(report->output_tokens, 0);
+  EXPECT_GT(report->ttft.p50, 0);
+  EXPECT_LE(report->ttft.p50, report->e2e.p99);
+  Json j = report->to_json();
+  EXPECT_TRUE(j.contains("ttft_seconds") && j["ttft_seconds"].contains("p99"));
+}
+
+}  // namespace
+}  // namespace infergate::runtime::server
