@@ -15,6 +15,14 @@ std::string workload_name(std::string_view model, Track track) {
 
 std::string endpoint_name(std::string_view model) { return std::string(model); }
 
+std::string track_endpoint_name(std::string_view model, Track track) {
+  return std::string(model) + "-" + std::string(to_string(track));
+}
+
+std::string quality_job_name(std::string_view model, std::string_view revision) {
+  return std::string(model) + "-q-" + std::string(revision);
+}
+
 PodConfig pod_config(const InferenceModelSpec& spec) {
   return PodConfig{spec.artifact, spec.engine, spec.serving, spec.resources, spec.scheduling};
 }

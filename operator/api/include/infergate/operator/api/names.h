@@ -35,6 +35,10 @@ std::string_view to_string(Track t);
 std::string workload_name(std::string_view model, Track track);
 // The Service (or local router) in front of every ready pod of the model.
 std::string endpoint_name(std::string_view model);
+// The address of one track only, for the rollout's checks: "glm-stable", "glm-canary".
+std::string track_endpoint_name(std::string_view model, Track track);
+// The quality check of one canary revision: "glm-q-<revision>" (within 63 characters).
+std::string quality_job_name(std::string_view model, std::string_view revision);
 
 // Everything in a spec that defines what a pod runs: all of it except replicas and rollout policy.
 struct PodConfig {
