@@ -51,6 +51,8 @@ struct PodConfig {
 PodConfig pod_config(const InferenceModelSpec& spec);
 // Canonical JSON of a PodConfig (stable key order), the input of revision().
 Json canonical_json(const PodConfig& config);
+// The inverse of canonical_json (status.stable.podConfig back into a PodConfig). Errors name the field.
+Result<PodConfig> pod_config_from_json(const Json& j);
 // A 10-hex-digit SHA-256 prefix of the canonical JSON: equal configurations, equal revisions.
 std::string revision(const PodConfig& config);
 
