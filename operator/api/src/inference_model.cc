@@ -361,6 +361,8 @@ void read_rollout(Reader& r, const Json& spec, RolloutSpec* out) {
       out->canary.replicas = static_cast<int32_t>(n);
     r.integer(*c, "analysisSeconds", p + ".canary", &out->canary.analysis_seconds, false, 0, 7 * 86400);
     r.boolean(*c, "surge", p + ".canary", &out->canary.surge);
+    r.integer(*c, "progressDeadlineSeconds", p + ".canary", &out->canary.progress_deadline_seconds, false, 1,
+              7 * 86400);
   }
   if (const Json* g = r.object(*ro, "gates", p, false)) {
     if (const Json* q = r.object(*g, "quality", p + ".gates", false)) {
@@ -436,6 +438,7 @@ Json release_to_json(const ReleaseConfig& r) {
             {"summary", r.summary}};
   if (!r.release_digest.empty()) j["releaseDigest"] = r.release_digest;
   if (r.release_version) j["releaseVersion"] = *r.release_version;
+  if (r.pod_config.is_object()) j["podConfig"] = r.pod_config;
   return j;
 }
 
@@ -460,6 +463,7 @@ Result<ReleaseConfig> release_from_json(const Json& j, std::string_view path) {
   }
   INFERGATE_ASSIGN_OR_RETURN(r.revision, json_string_or(j, "revision", "", p));
   INFERGATE_ASSIGN_OR_RETURN(r.summary, json_string_or(j, "summary", "", p));
+  if (auto pc = j.find("podConfig"); pc != j.end() && pc->is_object()) r.pod_config = *pc;
   return r;
 }
 
@@ -640,6 +644,12 @@ Json status_to_json(const InferenceModelStatus& s) {
                {"phase", s.stage->phase},
                {"startedAt", time_json(s.stage->started_at)},
                {"gateResults", Json::array()}};
+    if (!s.stage->from_revision.empty()) st["fromRevision"] = s.stage->from_revision;
+    if (s.stage->analysis_started_at) st["analysisStartedAt"] = time_json(*s.stage->analysis_started_at);
+    if (s.stage->failed_at) st["failedAt"] = time_json(*s.stage->failed_at);
+    if (!s.stage->outcome.empty()) st["outcome"] = s.stage->outcome;
+    if (!s.stage->failure_reason.empty()) st["failureReason"] = s.stage->failure_reason;
+    if (!s.stage->failure_message.empty()) st["failureMessage"] = s.stage->failure_message;
     for (const auto& g : s.stage->gate_results) {
       Json gj = {{"gate", g.gate}, {"outcome", g.outcome}, {"message", g.message}, {"at", time_json(g.at)}};
       if (!g.measurements.empty()) gj["measurements"] = number_map_json(g.measurements);
@@ -669,6 +679,14 @@ Json status_to_json(const InferenceModelStatus& s) {
     }
   }
   if (!s.failed_revisions.empty()) j["failedRevisions"] = s.failed_revisions;
+  if (s.control != RolloutControlStatus{}) {
+    Json c = Json::object();
+    if (!s.control.failed_for.empty()) c["failedFor"] = s.control.failed_for;
+    if (!s.control.abort_token.empty()) c["abortToken"] = s.control.abort_token;
+    if (!s.control.retry_token.empty()) c["retryToken"] = s.control.retry_token;
+    if (s.control.halted) c["halted"] = true;
+    j["rollout"] = c;
+  }
   return j;
 }
 
@@ -700,6 +718,12 @@ Result<InferenceModelStatus> parse_status(const Json& j) {
     INFERGATE_ASSIGN_OR_RETURN(st.revision, json_string_or(*it, "revision", "", "status.stage"));
     INFERGATE_ASSIGN_OR_RETURN(st.phase, json_string_or(*it, "phase", "", "status.stage"));
     st.started_at = parse_time_or(*it, "startedAt");
+    INFERGATE_ASSIGN_OR_RETURN(st.from_revision, json_string_or(*it, "fromRevision", "", "status.stage"));
+    if (it->contains("analysisStartedAt")) st.analysis_started_at = parse_time_or(*it, "analysisStartedAt");
+    if (it->contains("failedAt")) st.failed_at = parse_time_or(*it, "failedAt");
+    INFERGATE_ASSIGN_OR_RETURN(st.outcome, json_string_or(*it, "outcome", "", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(st.failure_reason, json_string_or(*it, "failureReason", "", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(st.failure_message, json_string_or(*it, "failureMessage", "", "status.stage"));
     if (auto g = it->find("gateResults"); g != it->end() && g->is_array()) {
       for (const auto& gj : *g) {
         GateResult gr;
@@ -743,6 +767,14 @@ Result<InferenceModelStatus> parse_status(const Json& j) {
     for (const auto& r : *it) {
       if (r.is_string()) s.failed_revisions.push_back(r.get<std::string>());
     }
+  }
+  if (auto it = j.find("rollout"); it != j.end() && it->is_object()) {
+    INFERGATE_ASSIGN_OR_RETURN(s.control.failed_for, json_string_or(*it, "failedFor", "", "status.rollout"));
+    INFERGATE_ASSIGN_OR_RETURN(s.control.abort_token,
+                               json_string_or(*it, "abortToken", "", "status.rollout"));
+    INFERGATE_ASSIGN_OR_RETURN(s.control.retry_token,
+                               json_string_or(*it, "retryToken", "", "status.rollout"));
+    if (auto h = it->find("halted"); h != it->end() && h->is_boolean()) s.control.halted = h->get<bool>();
   }
   return s;
 }

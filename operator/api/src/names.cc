@@ -15,6 +15,14 @@ std::string workload_name(std::string_view model, Track track) {
 
 std::string endpoint_name(std::string_view model) { return std::string(model); }
 
+std::string track_endpoint_name(std::string_view model, Track track) {
+  return std::string(model) + "-" + std::string(to_string(track));
+}
+
+std::string quality_job_name(std::string_view model, std::string_view revision) {
+  return std::string(model) + "-q-" + std::string(revision);
+}
+
 PodConfig pod_config(const InferenceModelSpec& spec) {
   return PodConfig{spec.artifact, spec.engine, spec.serving, spec.resources, spec.scheduling};
 }
@@ -50,6 +58,82 @@ Json canonical_json(const PodConfig& c) {
   };
 }
 
+namespace {
+
+Result<std::map<std::string, std::string>> string_map(const Json& obj, const char* key,
+                                                      const std::string& path) {
+  std::map<std::string, std::string> out;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return out;
+  if (!it->is_object()) return invalid_argument(path + "." + key + ": expected an object");
+  for (const auto& [k, v] : it->items()) {
+    if (!v.is_string()) return invalid_argument(path + "." + key + "." + k + ": expected a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<PodConfig> pod_config_from_json(const Json& j) {
+  const std::string p = "podConfig";
+  if (!j.is_object()) return invalid_argument(p + ": expected an object");
+  PodConfig c;
+  const Json& a = j.contains("artifact") ? j["artifact"] : Json::object();
+  const Json& vol = a.contains("volume") ? a["volume"] : Json::object();
+  if (vol.contains("nfs")) {
+    c.artifact.volume.kind = VolumeSource::Kind::kNfs;
+    INFERGATE_ASSIGN_OR_RETURN(c.artifact.volume.nfs_server,
+                               json_string(vol["nfs"], "server", p + ".artifact.volume.nfs"));
+    INFERGATE_ASSIGN_OR_RETURN(c.artifact.volume.nfs_path,
+                               json_string(vol["nfs"], "path", p + ".artifact.volume.nfs"));
+  } else if (vol.contains("persistentVolumeClaim")) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        c.artifact.volume.claim_name,
+        json_string(vol["persistentVolumeClaim"], "claimName", p + ".artifact.volume.persistentVolumeClaim"));
+  } else {
+    return invalid_argument(p + ".artifact.volume: neither persistentVolumeClaim nor nfs");
+  }
+  INFERGATE_ASSIGN_OR_RETURN(c.artifact.path, json_string(a, "path", p + ".artifact"));
+  const Json& t = a.contains("trust") ? a["trust"] : Json::object();
+  INFERGATE_ASSIGN_OR_RETURN(c.artifact.trust.public_key_secret,
+                             json_string_or(t, "publicKeySecretRef", "", p + ".artifact.trust"));
+  INFERGATE_ASSIGN_OR_RETURN(c.artifact.trust.expect_name,
+                             json_string_or(t, "expectName", "", p + ".artifact.trust"));
+  if (t.contains("minVersion")) {
+    INFERGATE_ASSIGN_OR_RETURN(int64_t v, json_int(t, "minVersion", p + ".artifact.trust"));
+    c.artifact.trust.min_version = v;
+  }
+  const Json& e = j.contains("engine") ? j["engine"] : Json::object();
+  INFERGATE_ASSIGN_OR_RETURN(std::string kind, json_string_or(e, "kind", "bundled", p + ".engine"));
+  INFERGATE_ASSIGN_OR_RETURN(c.engine.kind, parse_engine_kind(kind, p + ".engine.kind"));
+  INFERGATE_ASSIGN_OR_RETURN(c.engine.image, json_string_or(e, "image", "", p + ".engine"));
+  if (auto args = e.find("args"); args != e.end() && args->is_array()) {
+    for (const auto& x : *args) {
+      if (!x.is_string()) return invalid_argument(p + ".engine.args: expected strings");
+      c.engine.args.push_back(x.get<std::string>());
+    }
+  }
+  INFERGATE_ASSIGN_OR_RETURN(c.engine.quantization, json_string_or(e, "quantization", "", p + ".engine"));
+  INFERGATE_ASSIGN_OR_RETURN(c.engine.model_file, json_string_or(e, "modelFile", "", p + ".engine"));
+  const Json& s = j.contains("serving") ? j["serving"] : Json::object();
+  INFERGATE_ASSIGN_OR_RETURN(std::string wf, json_string(s, "weightFormat", p + ".serving"));
+  INFERGATE_ASSIGN_OR_RETURN(c.serving.weight_format, parse_weight_format(wf, p + ".serving.weightFormat"));
+  INFERGATE_ASSIGN_OR_RETURN(std::string kv, json_string(s, "kvCacheDtype", p + ".serving"));
+  INFERGATE_ASSIGN_OR_RETURN(c.serving.kv_cache_dtype, parse_kv_cache_dtype(kv, p + ".serving.kvCacheDtype"));
+  INFERGATE_ASSIGN_OR_RETURN(c.serving.max_context_length, json_int(s, "maxContextLength", p + ".serving"));
+  INFERGATE_ASSIGN_OR_RETURN(c.serving.max_concurrency, json_int(s, "maxConcurrency", p + ".serving"));
+  const Json& r = j.contains("resources") ? j["resources"] : Json::object();
+  INFERGATE_ASSIGN_OR_RETURN(c.resources.requests, string_map(r, "requests", p + ".resources"));
+  INFERGATE_ASSIGN_OR_RETURN(c.resources.limits, string_map(r, "limits", p + ".resources"));
+  const Json& sc = j.contains("scheduling") ? j["scheduling"] : Json::object();
+  INFERGATE_ASSIGN_OR_RETURN(c.scheduling.node_selector, string_map(sc, "nodeSelector", p + ".scheduling"));
+  if (auto tol = sc.find("tolerations"); tol != sc.end() && tol->is_array()) c.scheduling.tolerations = *tol;
+  INFERGATE_ASSIGN_OR_RETURN(c.scheduling.runtime_class_name,
+                             json_string_or(sc, "runtimeClassName", "", p + ".scheduling"));
+  return c;
+}
+
 std::string short_hash(std::string_view data, size_t hex_chars) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -67,6 +151,7 @@ ReleaseConfig release_config(const PodConfig& config) {
   r.artifact_path = config.artifact.path;
   r.revision = revision(config);
   r.summary = summarize(config.serving);
+  r.pod_config = canonical_json(config);
   return r;
 }
 

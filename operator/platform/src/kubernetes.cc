@@ -4,12 +4,15 @@
 #include <algorithm>
 
 #include "infergate/common/log.h"
+#include "infergate/operator/client/http_get.h"
 
 namespace infergate::op::platform {
 namespace {
 
 constexpr std::string_view kVerifyContainer = "verify";
 constexpr std::string_view kRuntimeContainer = "runtime";
+constexpr std::string_view kCheckContainer = "check";
+constexpr std::string_view kJobLabel = "serving.infergate.dev/job";
 constexpr int64_t kNonRootUid = 65532;  // the distroless "nonroot" user
 
 Json owner_reference(const ModelRef& m) {
@@ -334,6 +337,82 @@ PodState pod_state(const Json& pod) {
   return p;
 }
 
+Json render_job(const ModelRef& model, const JobSpec& spec) {
+  Json check = container_json(kCheckContainer, spec.container);
+  check["terminationMessagePolicy"] = "File";  // the check's JSON result, nothing else
+  check["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "256Mi"}}},
+                        {"limits", {{"memory", "2Gi"}}}};
+  check["volumeMounts"] = Json::array({{{"name", "tmp"}, {"mountPath", "/tmp"}}});
+  std::map<std::string, std::string> pod_labels = spec.labels;
+  pod_labels[std::string(kJobLabel)] = spec.name;
+  Json pod_spec = {{"automountServiceAccountToken", false},
+                   {"enableServiceLinks", false},
+                   {"restartPolicy", "Never"},
+                   {"securityContext",
+                    {{"runAsNonRoot", true},
+                     {"runAsUser", kNonRootUid},
+                     {"runAsGroup", kNonRootUid},
+                     {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+                   {"containers", Json::array({check})},
+                   {"volumes", Json::array({{{"name", "tmp"}, {"emptyDir", Json::object()}}})}};
+  return Json{{"apiVersion", "batch/v1"},
+              {"kind", "Job"},
+              {"metadata",
+               {{"name", spec.name},
+                {"namespace", model.namespace_},
+                {"labels", spec.labels},
+                {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
+                {"ownerReferences", owner_reference(model)}}},
+              {"spec",
+               {{"backoffLimit", 0},
+                {"activeDeadlineSeconds", spec.deadline_seconds},
+                {"template", {{"metadata", {{"labels", pod_labels}}}, {"spec", pod_spec}}}}}};
+}
+
+JobState job_state(const Json& job, const std::vector<const Json*>& pods) {
+  JobState j;
+  j.exists = true;
+  j.hash = annotation(job, api::annotations::kTemplateHash);
+  const Json& status = member(job, "status");
+  bool complete = false, failed = false;
+  for (const auto& c : list_member(status, "conditions")) {
+    if (!c.is_object() || c.value("status", "") != "True") continue;
+    const std::string type = c.value("type", "");
+    if (type == "Complete") complete = true;
+    if (type == "Failed") {
+      failed = true;
+      j.reason = str(c, "reason");
+      j.message = str(c, "message");
+    }
+  }
+  if (integer(status, "active") > 0) j.phase = JobState::Phase::kRunning;
+  // The newest pod that got anywhere tells how the check itself ended.
+  for (const Json* p : pods) {
+    const Json& pst = member(*p, "status");
+    const Json* c = find_named(list_member(pst, "containerStatuses"), kCheckContainer);
+    if (!c) continue;
+    const Json& state = member(*c, "state");
+    if (state.contains("terminated")) {
+      const Json& t = member(state, "terminated");
+      j.terminated = true;
+      j.exit_code = integer(t, "exitCode");
+      j.termination_message = str(t, "message");
+      if (j.reason.empty() && j.exit_code != 0) j.reason = str(t, "reason");
+    } else if (state.contains("waiting") && !j.terminated) {
+      std::string why = str(member(state, "waiting"), "reason");
+      if (!why.empty() && why != "ContainerCreating" && why != "PodInitializing") {
+        j.reason = why;
+        j.message = str(member(state, "waiting"), "message");
+      }
+    } else if (state.contains("running") && j.phase == JobState::Phase::kPending) {
+      j.phase = JobState::Phase::kRunning;
+    }
+  }
+  if (complete) j.phase = JobState::Phase::kSucceeded;
+  if (failed) j.phase = JobState::Phase::kFailed;
+  return j;
+}
+
 WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods) {
   WorkloadState w;
   w.exists = true;
@@ -452,7 +531,7 @@ Status KubernetesPlatform::cleanup(const ModelRef& model) {
   // (and the time before it runs) tidy. Only objects still labelled for this model name are touched,
   // and only if no live InferenceModel of that name owns them.
   std::string selector = std::string(api::labels::kModel) + "=" + model.name;
-  for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service()}) {
+  for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service(), &client::kinds::job()}) {
     INFERGATE_ASSIGN_OR_RETURN(
         auto objs,
         cache_.list_indexed(*kind, model.namespace_, std::string(kModelIndex), model.key(), selector));
@@ -465,6 +544,42 @@ Status KubernetesPlatform::cleanup(const ModelRef& model) {
     }
   }
   return ok_status();
+}
+
+Status KubernetesPlatform::apply_job(const ModelRef& model, const JobSpec& spec) {
+  if (cache_.get_object(client::kinds::job(), model.namespace_, spec.name)) return ok_status();
+  auto r = client_.create(client::kinds::job(), render_job(model, spec));
+  if (!r.ok() && !client::is_already_exists(r.error())) return std::move(r).error();
+  return ok_status();
+}
+
+Result<JobState> KubernetesPlatform::observe_job(const ModelRef& model, const std::string& job) {
+  cache::Object j = cache_.get_object(client::kinds::job(), model.namespace_, job);
+  if (!j) return JobState{};
+  INFERGATE_ASSIGN_OR_RETURN(
+      auto pods, cache_.list_indexed(client::kinds::pod(), model.namespace_, std::string(kModelIndex),
+                                     model.key(), std::string(kJobLabel) + "=" + job));
+  std::vector<const Json*> ptrs;
+  for (const auto& p : pods) ptrs.push_back(p.get());
+  return job_state(*j, ptrs);
+}
+
+Status KubernetesPlatform::delete_job(const ModelRef& model, const std::string& job) {
+  client::DeleteOptions opts;
+  opts.propagation_policy = "Background";  // its pod goes too
+  Status st = client_.remove(client::kinds::job(), model.namespace_, job, opts);
+  if (!st.ok() && !client::is_not_found(st.error())) return st;
+  return ok_status();
+}
+
+std::string KubernetesPlatform::pod_url(const ModelRef&, const PodState& pod) {
+  return pod.address.empty() ? "" : "http://" + pod.address;
+}
+
+Result<HttpResponse> KubernetesPlatform::http_get(const ModelRef&, const std::string& url,
+                                                  std::chrono::milliseconds timeout) {
+  INFERGATE_ASSIGN_OR_RETURN(client::HttpGetResponse r, client::http_get(url, timeout));
+  return HttpResponse{r.status, std::move(r.body)};
 }
 
 Result<std::optional<Json>> KubernetesModelStore::get(const std::string& ns, const std::string& name) {
@@ -501,11 +616,16 @@ Result<Json> KubernetesModelStore::write_status(const Json& base, const Json& st
   cache::Object cached = cache_.get_object(client::kinds::inference_model(), client::object_namespace(base),
                                            client::object_name(base));
   std::lock_guard lock(mu_);
-  if (cached && client::object_resource_version(*cached) != client::object_resource_version(*written)) {
+  // Remember our write only while the cache still shows the very version we wrote over. If it has
+  // moved on (to our write, or past it: someone changed the spec meanwhile), the cache is the truth;
+  // remembering our answer then would hide the newer object until the next change.
+  if (cached && client::object_resource_version(*cached) == client::object_resource_version(base)) {
     Json stored = *written;
     cache::strip_managed_fields(stored);
     if (written_.size() > 65536) written_.clear();
-    written_[client::object_key(base)] = Written{client::object_resource_version(*cached), std::move(stored)};
+    written_[client::object_key(base)] = Written{client::object_resource_version(base), std::move(stored)};
+  } else {
+    written_.erase(client::object_key(base));
   }
   return written;
 }

@@ -27,6 +27,14 @@ std::string WorkloadSpec::template_hash() const {
   return api::short_hash(j.dump(), 16);
 }
 
+std::string JobSpec::hash() const {
+  Json j = {{"name", name},
+            {"labels", labels},
+            {"container", command_json(container)},
+            {"deadline", deadline_seconds}};
+  return api::short_hash(j.dump(), 16);
+}
+
 std::string EndpointSpec::hash() const {
   Json j = {{"name", name}, {"selector", selector}, {"labels", labels}, {"port", port}};
   return api::short_hash(j.dump(), 16);

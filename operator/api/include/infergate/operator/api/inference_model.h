@@ -86,6 +86,8 @@ struct CanarySpec {
   int32_t replicas = 1;
   int64_t analysis_seconds = 600;
   bool surge = true;  // false: take the canary's capacity from stable instead of adding pods
+  // A canary that is not verified and ready this long after its stage started fails the stage.
+  int64_t progress_deadline_seconds = 1800;
 };
 
 struct QualityGateSpec {
@@ -149,6 +151,9 @@ struct ReleaseConfig {
   std::optional<int64_t> release_version;
   std::string revision;  // hash of everything that defines the pods (names::revision)
   std::string summary;   // "int8/int8 ctx=32768 x16": what `kubectl get im` shows
+  // The whole pod configuration (api::canonical_json of a PodConfig): what a restarted operator needs
+  // to render this configuration again. Null in statuses written before it existed.
+  Json pod_config;
   bool operator==(const ReleaseConfig&) const = default;
 };
 
@@ -173,8 +178,16 @@ struct GateResult {
 struct StageStatus {
   std::string name;      // a StageName spelling
   std::string revision;  // the canary configuration's revision
-  std::string phase;     // "Deploying", "Verifying", "Analyzing", "Promoting", "RollingBack"
+  // "Deploying", "Verifying", "Analyzing", "Promoting", "RollingBack", "Failed" (a gate failed and
+  // autoRollback is off: the canary is kept until an abort or a promote)
+  std::string phase;
   WallTime started_at{};
+  std::string from_revision;                    // the stable revision the stage started from
+  std::optional<WallTime> analysis_started_at;  // when the analysis window opened
+  std::optional<WallTime> failed_at;            // when a gate failed (rollback duration starts here)
+  std::string outcome;                          // while RollingBack: "RolledBack" or "Aborted"
+  std::string failure_reason;                   // the failed gate's reason word
+  std::string failure_message;                  // with its numbers
   std::vector<GateResult> gate_results;
   bool operator==(const StageStatus&) const = default;
 };
@@ -191,6 +204,15 @@ struct HistoryEntry {
 
 inline constexpr size_t kMaxHistory = 20;
 
+// Manual control and memory of failures, so that a restarted operator decides the same way.
+struct RolloutControlStatus {
+  std::string failed_for;   // the desired revision failedRevisions belong to (a new spec forgets them)
+  std::string abort_token;  // the last serving.infergate.dev/abort annotation acted on
+  std::string retry_token;  // the last serving.infergate.dev/retry annotation acted on
+  bool halted = false;      // aborted: no stage starts until a retry or a new spec
+  bool operator==(const RolloutControlStatus&) const = default;
+};
+
 struct InferenceModelStatus {
   int64_t observed_generation = 0;
   std::optional<ReleaseConfig> stable;
@@ -199,6 +221,7 @@ struct InferenceModelStatus {
   std::vector<Condition> conditions;
   std::vector<HistoryEntry> history;          // newest last, at most kMaxHistory
   std::vector<std::string> failed_revisions;  // not retried until the spec changes
+  RolloutControlStatus control;
   int32_t replicas = 0;
   int32_t ready_replicas = 0;
   bool operator==(const InferenceModelStatus&) const = default;

@@ -25,6 +25,12 @@ namespace annotations {
 // Hash of the rendered workload: equal hashes mean nothing to write.
 inline constexpr std::string_view kTemplateHash = "serving.infergate.dev/template-hash";
 inline constexpr std::string_view kRevision = "serving.infergate.dev/revision";
+// Manual control of a rollout, set by people on the InferenceModel (docs/rollout.md):
+inline constexpr std::string_view kPaused = "serving.infergate.dev/paused";  // "true": hold
+inline constexpr std::string_view kPromote =
+    "serving.infergate.dev/promote";                                       // <stage revision>: promote now
+inline constexpr std::string_view kAbort = "serving.infergate.dev/abort";  // <new token>: roll back, halt
+inline constexpr std::string_view kRetry = "serving.infergate.dev/retry";  // <new token>: start again
 }  // namespace annotations
 
 // Which Deployment of a model: the one serving (stable) or the one under test (canary).
@@ -35,6 +41,10 @@ std::string_view to_string(Track t);
 std::string workload_name(std::string_view model, Track track);
 // The Service (or local router) in front of every ready pod of the model.
 std::string endpoint_name(std::string_view model);
+// The address of one track only, for the rollout's checks: "glm-stable", "glm-canary".
+std::string track_endpoint_name(std::string_view model, Track track);
+// The quality check of one canary revision: "glm-q-<revision>" (within 63 characters).
+std::string quality_job_name(std::string_view model, std::string_view revision);
 
 // Everything in a spec that defines what a pod runs: all of it except replicas and rollout policy.
 struct PodConfig {
@@ -47,6 +57,8 @@ struct PodConfig {
 PodConfig pod_config(const InferenceModelSpec& spec);
 // Canonical JSON of a PodConfig (stable key order), the input of revision().
 Json canonical_json(const PodConfig& config);
+// The inverse of canonical_json (status.stable.podConfig back into a PodConfig). Errors name the field.
+Result<PodConfig> pod_config_from_json(const Json& j);
 // A 10-hex-digit SHA-256 prefix of the canonical JSON: equal configurations, equal revisions.
 std::string revision(const PodConfig& config);
 

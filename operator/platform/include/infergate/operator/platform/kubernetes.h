@@ -42,6 +42,12 @@ Json render_service(const ModelRef& model, const EndpointSpec& spec);
 // A pod object as the platform-neutral PodState (the agent's init container is "verify", the serving
 // container "runtime").
 PodState pod_state(const Json& pod);
+// The Job for a rollout check: one pod, no retries (backoffLimit 0), restartPolicy Never, killed after
+// the deadline; its container "check" writes its JSON result to /dev/termination-log
+// (terminationMessagePolicy File). Labels go on the Job and its pod (so the informers see both).
+Json render_job(const ModelRef& model, const JobSpec& spec);
+// A Job and its pods as a JobState.
+JobState job_state(const Json& job, const std::vector<const Json*>& pods);
 // A Deployment plus its pods as a WorkloadState.
 WorkloadState workload_state(const Json& deployment, const std::vector<const Json*>& pods);
 
@@ -67,6 +73,13 @@ class KubernetesPlatform final : public Platform {
   Status delete_workload(const ModelRef& model, const std::string& workload) override;
   Status apply_endpoint(const ModelRef& model, const EndpointSpec& spec) override;
   Status cleanup(const ModelRef& model) override;
+  Status apply_job(const ModelRef& model, const JobSpec& spec) override;
+  Result<JobState> observe_job(const ModelRef& model, const std::string& job) override;
+  Status delete_job(const ModelRef& model, const std::string& job) override;
+  // Pods are reached directly on their IP and container port (the operator runs in the cluster).
+  std::string pod_url(const ModelRef& model, const PodState& pod) override;
+  Result<HttpResponse> http_get(const ModelRef& model, const std::string& url,
+                                std::chrono::milliseconds timeout) override;
 
  private:
   client::Client& client_;

@@ -6,6 +6,7 @@
 // implement the same contract without the reconciler changing.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -102,6 +103,39 @@ struct WorkloadState {
 
 enum class TrustState { kPresent, kMissing };
 
+// A run-to-completion task next to a model: the rollout's quality check (`infergate-runtime eval`
+// against the stable and canary endpoints). One pod, never retried by the platform (a failed check is
+// the rollout's to judge), killed after `deadline_seconds`.
+struct JobSpec {
+  std::string name;  // deterministic: "<model>-quality-<revision>"
+  std::map<std::string, std::string> labels;
+  api::ContainerCommand container;
+  int64_t deadline_seconds = 1800;
+  std::string hash() const;
+};
+
+// What became of a job. The result comes back through the container's termination message (at most
+// 4096 bytes, the agent's and eval's JSON line), so no log access is needed.
+struct JobState {
+  bool exists = false;
+  std::string hash;  // JobSpec::hash() of what was applied
+  enum class Phase { kPending, kRunning, kSucceeded, kFailed };
+  Phase phase = Phase::kPending;
+  int exit_code = 0;                // of the check's container, once it terminated
+  bool terminated = false;          // the container ran to an end (exit_code and message are real)
+  std::string termination_message;  // what the container wrote at its termination-message path
+  // Why it is stuck or failed, in the platform's words: ImagePullBackOff, DeadlineExceeded,
+  // BackoffLimitExceeded, Error, OOMKilled, ...
+  std::string reason;
+  std::string message;
+};
+
+// An HTTP answer from a pod or a monitoring server (the rollout reads /metrics and Prometheus' API).
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+
 struct EventRecord {
   enum class Type { kNormal, kWarning };
   Type type = Type::kNormal;
@@ -131,6 +165,19 @@ class Platform {
   virtual Status apply_endpoint(const ModelRef& model, const EndpointSpec& spec) = 0;
   // The model is gone: remove everything it owned.
   virtual Status cleanup(const ModelRef& model) = 0;
+
+  // Rollout support.
+  // Runs a job (idempotent by name: a job that exists is left as it is, whatever its spec).
+  virtual Status apply_job(const ModelRef& model, const JobSpec& spec) = 0;
+  virtual Result<JobState> observe_job(const ModelRef& model, const std::string& job) = 0;
+  // Removes a job and its pod; deleting what is gone succeeds.
+  virtual Status delete_job(const ModelRef& model, const std::string& job) = 0;
+  // The URL a job or a client uses to reach an endpoint or a pod: "http://<address>".
+  virtual std::string pod_url(const ModelRef& model, const PodState& pod) = 0;
+  // GET `url` (a pod's /metrics, a Prometheus query) with a deadline. Transport failures are errors
+  // (Unavailable, DeadlineExceeded); any HTTP status is a response. The body is capped at 8 MiB.
+  virtual Result<HttpResponse> http_get(const ModelRef& model, const std::string& url,
+                                        std::chrono::milliseconds timeout) = 0;
 };
 
 // Where users see what happened: Kubernetes Events, or log lines locally. Never blocks the

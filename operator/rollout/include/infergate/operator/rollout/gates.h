@@ -1,0 +1,150 @@
+// The rollout's gates, as pure functions from what was observed to a verdict with its numbers:
+//   quality      the eval Job's JSON result (CONTRACTS.md "Eval result"), re-checked against
+//                spec.rollout.gates.quality (the exit code alone is never trusted);
+//   performance  TTFT p95, TPOT p95 and error rate of the canary against stable over the analysis
+//                window, from /metrics scrapes (bucket deltas) or from a Prometheus server's answers.
+// Anything missing, unparsable or without traffic is Inconclusive, and Inconclusive never promotes.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infergate/common/json.h"
+#include "infergate/operator/api/engine.h"
+#include "infergate/operator/api/inference_model.h"
+#include "infergate/operator/api/verification.h"
+#include "infergate/operator/platform/platform.h"
+#include "infergate/operator/rollout/metrics_text.h"
+
+namespace infergate::op::rollout {
+
+// Gate names as they appear in status.stage.gateResults[].gate.
+inline constexpr std::string_view kVerificationGate = "verification";
+inline constexpr std::string_view kQualityGate = "quality";
+inline constexpr std::string_view kPerformanceGate = "performance";
+
+enum class Outcome { kPending, kPassed, kFailed, kInconclusive, kSkipped };
+std::string_view to_string(Outcome o);
+
+struct GateVerdict {
+  Outcome outcome = Outcome::kPending;
+  std::string reason;   // CamelCase: QualityThresholdFailed, EvalJobFailed, NoCanaryTraffic, ...
+  std::string message;  // with the numbers
+  std::map<std::string, double> measurements;
+  std::map<std::string, double> thresholds;
+  // Passed or Skipped: this gate does not hold a promotion back.
+  bool clears() const { return outcome == Outcome::kPassed || outcome == Outcome::kSkipped; }
+  // Failed or Inconclusive: the stage must not promote.
+  bool blocks() const { return outcome == Outcome::kFailed || outcome == Outcome::kInconclusive; }
+};
+
+// ---- Quality ----
+
+// Whether spec.rollout.gates.quality asks for anything (no thresholds: the gate is Skipped).
+bool quality_configured(const api::QualityGateSpec& spec);
+
+// `infergate-runtime eval --baseline <stable_url> --candidate <canary_url> --suite S --json
+//  --termination-message-path /dev/termination-log [--min-top1-agreement X] ...` in the runtime image.
+api::ContainerCommand eval_command(const api::QualityGateSpec& spec, const std::string& stable_url,
+                                   const std::string& canary_url, const std::string& image,
+                                   const std::string& termination_message_path);
+
+// The verdict from the eval's JSON (the termination message) and its exit code. Exit 3 or 2, a missing
+// or malformed result, a suite other than the one asked for, or a metric a threshold needs that is
+// absent: Inconclusive. A threshold crossed (by our own check, or eval's exit 1): Failed.
+GateVerdict evaluate_quality_result(const api::QualityGateSpec& spec, int exit_code,
+                                    const std::string& termination_message);
+
+// The verdict from the job as the platform reports it: Pending while it runs; a job that cannot run
+// (image pull failure, a crash without a result, the deadline) is Inconclusive.
+GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platform::JobState& job);
+
+// ---- Performance ----
+
+// Metric names (CONTRACTS.md "Runtime metrics").
+inline constexpr std::string_view kTtftMetric = "infergate_time_to_first_token_seconds";
+inline constexpr std::string_view kTpotMetric = "infergate_time_per_output_token_seconds";
+inline constexpr std::string_view kRequestsMetric = "infergate_requests_total";
+inline constexpr std::string_view kErrorsMetric = "infergate_request_errors_total";
+
+// What one track did (one pod's scrape, a delta, or a sum over pods).
+struct TrackMetrics {
+  Histogram ttft;
+  Histogram tpot;
+  double requests = 0;
+  double errors = 0;
+  bool complete = false;  // every metric the gate needs was there
+};
+
+// One pod's scrape.
+TrackMetrics track_metrics(const std::vector<Sample>& samples);
+// after - before for one pod (a restarted pod counts from zero).
+TrackMetrics delta(const TrackMetrics& before, const TrackMetrics& after);
+TrackMetrics add(const TrackMetrics& a, const TrackMetrics& b);
+
+bool performance_configured(const api::PerformanceGateSpec& spec);
+
+// Canary against stable over the window: TTFT p95 and TPOT p95 as ratios to stable, the canary's
+// error rate (errors / requests) as an absolute. Fewer than `min_requests` requests on either track,
+// or a stable p95 of zero, is Inconclusive: no traffic, no evidence.
+GateVerdict evaluate_performance(const api::PerformanceGateSpec& spec, const TrackMetrics& stable,
+                                 const TrackMetrics& canary, double min_requests = 1);
+
+// ---- Performance through Prometheus (spec.rollout.analysis.prometheusURL) ----
+
+// The series of one track carry labels model, track and (in a cluster) namespace: the relabelling in
+// docs/rollout.md maps the pods' serving.infergate.dev/{model,track} labels to them.
+struct PromQueries {
+  std::string ttft_p95;
+  std::string tpot_p95;
+  std::string requests;
+  std::string errors;
+};
+PromQueries prometheus_queries(const std::string& namespace_, const std::string& model, api::Track track,
+                               int64_t window_seconds);
+// "<base>/api/v1/query?query=<urlencoded>".
+std::string prometheus_query_url(const std::string& base, const std::string& query);
+// The single value of an instant-vector or scalar answer; nullopt for an empty vector or NaN.
+// A malformed answer or status "error" is an error.
+Result<std::optional<double>> parse_prometheus_value(const std::string& body);
+
+// Stable and canary as Prometheus saw them over the window (p95s precomputed by the server).
+struct PromTrack {
+  std::optional<double> ttft_p95, tpot_p95, requests, errors;
+};
+GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec, const PromTrack& stable,
+                                            const PromTrack& canary, double min_requests = 1);
+
+// ---- Decisions ----
+
+// What the stage state machine knows at one reconcile.
+struct StageInputs {
+  GateVerdict verification;      // the canary pods' agent verdicts
+  bool canary_ready = false;     // every canary replica of the revision ready
+  std::string runtime_failure;   // a canary pod's serving container failing (reason: message); "" if none
+  bool deadline_passed = false;  // not verified and ready within progressDeadlineSeconds
+  GateVerdict quality;
+  GateVerdict performance;
+  bool window_elapsed = false;  // the analysis window is over
+  bool paused = false;
+  bool promote_requested = false;  // the promote annotation names this stage's revision
+  bool abort_requested = false;
+};
+
+struct Decision {
+  enum class Kind { kWait, kPromote, kRollBack };
+  Kind kind = Kind::kWait;
+  std::string gate;    // the gate that decided (for a rollback): verification, readiness, quality, ...
+  std::string reason;  // CamelCase
+  std::string message;
+  bool aborted = false;  // a person asked for it (not a failed gate: the revision is not remembered)
+};
+
+// Safety first: abort, then a failed verification, a failing runtime, the progress deadline, a failed
+// or inconclusive gate roll back; a person's promote skips the remaining gates (once the canary is
+// ready); paused holds; everything passed and the window over promotes; otherwise wait.
+Decision decide(const StageInputs& in);
+
+}  // namespace infergate::op::rollout

@@ -1,0 +1,311 @@
+// Gate verdicts (quality from the eval result, performance from metrics or Prometheus) and decisions.
+#include "infergate/operator/rollout/gates.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace infergate::op::rollout {
+namespace {
+
+api::QualityGateSpec quality_spec() {
+  api::QualityGateSpec q;
+  q.suite = "default";
+  q.min_top1_agreement = 0.9;
+  q.max_mean_kl = 0.01;
+  return q;
+}
+
+std::string eval_json(double top1, double kl, bool passed = true, const std::string& suite = "default") {
+  return Json{{"suite", suite},
+              {"passed", passed},
+              {"metrics",
+               {{"top1_agreement", top1},
+                {"mean_kl", kl},
+                {"perplexity_change", 0.01},
+                {"retrieval_accuracy", 1.0},
+                {"format_following", 1.0}}},
+              {"noise_floor", {{"top1_agreement", 1.0}, {"mean_kl", 0.0}}},
+              {"failed", Json::array()}}
+      .dump();
+}
+
+TEST(QualityGate, PassesWhenEveryThresholdHoldsAndShowsTheNumbers) {
+  GateVerdict v = evaluate_quality_result(quality_spec(), 0, eval_json(0.97, 0.004));
+  EXPECT_EQ(v.outcome, Outcome::kPassed) << v.message;
+  EXPECT_DOUBLE_EQ(v.measurements.at("top1_agreement"), 0.97);
+  EXPECT_DOUBLE_EQ(v.thresholds.at("mean_kl"), 0.01);
+}
+
+TEST(QualityGate, RechecksThresholdsItselfEvenWhenEvalExitedZero) {
+  GateVerdict v = evaluate_quality_result(quality_spec(), 0, eval_json(0.97, 0.05));
+  EXPECT_EQ(v.outcome, Outcome::kFailed);
+  EXPECT_EQ(v.reason, "QualityThresholdFailed");
+  EXPECT_NE(v.message.find("mean_kl 0.05 > 0.01"), std::string::npos) << v.message;
+}
+
+TEST(QualityGate, EvalsOwnFailureIsAFailureToo) {
+  EXPECT_EQ(evaluate_quality_result(quality_spec(), 1, eval_json(0.97, 0.004, false)).outcome,
+            Outcome::kFailed);
+}
+
+TEST(QualityGate, AnythingUnreadableIsInconclusiveNeverPassed) {
+  auto spec = quality_spec();
+  EXPECT_EQ(evaluate_quality_result(spec, 0, "").outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 0, "{not json").outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 0, R"({"passed":true})").outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 3, eval_json(1, 0)).outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 2, eval_json(1, 0)).outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 137, eval_json(1, 0)).outcome, Outcome::kInconclusive);
+  EXPECT_EQ(evaluate_quality_result(spec, 0, eval_json(1, 0, true, "other")).outcome, Outcome::kInconclusive);
+  // A metric a threshold needs is missing.
+  Json j = Json::parse(eval_json(1, 0));
+  j["metrics"].erase("mean_kl");
+  GateVerdict v = evaluate_quality_result(spec, 0, j.dump());
+  EXPECT_EQ(v.outcome, Outcome::kInconclusive);
+  EXPECT_EQ(v.reason, "EvalMetricMissing");
+}
+
+TEST(QualityGate, AJobThatCannotRunFailsTheGateAtOnce) {
+  platform::JobState job;
+  job.exists = true;
+  job.reason = "ImagePullBackOff";
+  GateVerdict v = evaluate_quality_job(quality_spec(), job);
+  EXPECT_EQ(v.outcome, Outcome::kInconclusive);
+  EXPECT_TRUE(v.blocks());
+  job.reason = "";
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kPending);
+  job.phase = platform::JobState::Phase::kFailed;
+  job.reason = "DeadlineExceeded";
+  v = evaluate_quality_job(quality_spec(), job);
+  EXPECT_EQ(v.outcome, Outcome::kInconclusive);
+  EXPECT_NE(v.message.find("DeadlineExceeded"), std::string::npos);
+}
+
+TEST(QualityGate, AFinishedJobIsJudgedByItsResult) {
+  platform::JobState job;
+  job.exists = true;
+  job.phase = platform::JobState::Phase::kSucceeded;
+  job.terminated = true;
+  job.termination_message = eval_json(0.95, 0.001);
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kPassed);
+  job.phase = platform::JobState::Phase::kFailed;
+  job.exit_code = 1;
+  job.termination_message = eval_json(0.5, 0.001, false);
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kFailed);
+}
+
+TEST(QualityGate, EvalCommandCarriesTheThresholdsAndTheContractFlags) {
+  auto c = eval_command(quality_spec(), "http://m-stable", "http://m-canary", "rt:1", "/dev/termination-log");
+  const std::vector<std::string> want = {"eval",
+                                         "--baseline",
+                                         "http://m-stable",
+                                         "--candidate",
+                                         "http://m-canary",
+                                         "--suite",
+                                         "default",
+                                         "--json",
+                                         "--termination-message-path",
+                                         "/dev/termination-log",
+                                         "--min-top1-agreement",
+                                         "0.9",
+                                         "--max-mean-kl",
+                                         "0.01"};
+  EXPECT_EQ(c.args, want);
+  EXPECT_EQ(c.command, std::vector<std::string>{"infergate-runtime"});
+  EXPECT_FALSE(quality_configured(api::QualityGateSpec{}));
+}
+
+Histogram latency(double fast, double slow) {
+  // `fast` observations at 0.05 s and `slow` at 0.4 s.
+  return Histogram{{{0.05, fast}, {0.1, fast}, {0.5, fast + slow}, {INFINITY, fast + slow}},
+                   0.05 * fast + 0.4 * slow,
+                   fast + slow};
+}
+
+TrackMetrics track(double fast, double slow, double requests, double errors) {
+  TrackMetrics t;
+  t.ttft = latency(fast, slow);
+  t.tpot = latency(fast, slow);
+  t.requests = requests;
+  t.errors = errors;
+  t.complete = true;
+  return t;
+}
+
+api::PerformanceGateSpec perf_spec() {
+  api::PerformanceGateSpec p;
+  p.max_ttft_p95_ratio = 1.5;
+  p.max_tpot_p95_ratio = 1.5;
+  p.max_error_rate = 0.05;
+  return p;
+}
+
+TEST(PerformanceGate, PassesWhenTheCanaryIsAsFast) {
+  GateVerdict v = evaluate_performance(perf_spec(), track(100, 0, 100, 0), track(100, 0, 100, 1));
+  EXPECT_EQ(v.outcome, Outcome::kPassed) << v.message;
+  EXPECT_DOUBLE_EQ(v.measurements.at("ttft_p95_ratio"), 1.0);
+  EXPECT_DOUBLE_EQ(v.measurements.at("error_rate"), 0.01);
+}
+
+TEST(PerformanceGate, FailsASlowCanaryWithTheRatioInTheMessage) {
+  GateVerdict v = evaluate_performance(perf_spec(), track(100, 0, 100, 0), track(0, 100, 100, 0));
+  EXPECT_EQ(v.outcome, Outcome::kFailed);
+  EXPECT_EQ(v.reason, "PerformanceThresholdFailed");
+  EXPECT_GT(v.measurements.at("ttft_p95_ratio"), 1.5);
+  EXPECT_NE(v.message.find("ttft p95"), std::string::npos) << v.message;
+}
+
+TEST(PerformanceGate, FailsACanaryThatErrs) {
+  GateVerdict v = evaluate_performance(perf_spec(), track(100, 0, 100, 0), track(100, 0, 100, 20));
+  EXPECT_EQ(v.outcome, Outcome::kFailed);
+  EXPECT_NE(v.message.find("error rate 0.2 > 0.05"), std::string::npos) << v.message;
+}
+
+TEST(PerformanceGate, NoTrafficOrNoMetricsIsInconclusive) {
+  EXPECT_EQ(evaluate_performance(perf_spec(), track(100, 0, 100, 0), track(0, 0, 0, 0)).outcome,
+            Outcome::kInconclusive);
+  TrackMetrics missing;
+  EXPECT_EQ(evaluate_performance(perf_spec(), track(100, 0, 100, 0), missing).reason, "MetricsMissing");
+}
+
+TEST(PerformanceGate, ScrapedTextBecomesTrackMetrics) {
+  auto s = parse_prometheus_text(
+      "infergate_time_to_first_token_seconds_bucket{le=\"0.1\"} 3\n"
+      "infergate_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4\n"
+      "infergate_time_to_first_token_seconds_count 4\ninfergate_time_to_first_token_seconds_sum 1\n"
+      "infergate_time_per_output_token_seconds_bucket{le=\"+Inf\"} 40\n"
+      "infergate_requests_total 4\n");
+  ASSERT_TRUE(s.ok());
+  TrackMetrics t = track_metrics(*s);
+  EXPECT_TRUE(t.complete);
+  EXPECT_EQ(t.requests, 4);
+  EXPECT_EQ(t.errors, 0);
+  EXPECT_FALSE(track_metrics({}).complete);
+}
+
+TEST(PrometheusPath, QueriesSelectTheTrackAndTheWindow) {
+  PromQueries q = prometheus_queries("models", "glm", api::Track::kCanary, 120);
+  EXPECT_EQ(q.ttft_p95,
+            "histogram_quantile(0.95, sum by (le) (increase(infergate_time_to_first_token_seconds_bucket{"
+            "namespace=\"models\",model=\"glm\",track=\"canary\"}[120s])))");
+  EXPECT_EQ(prometheus_query_url("http://p:9090/", "up{a=\"b\"}"),
+            "http://p:9090/api/v1/query?query=up%7Ba%3D%22b%22%7D");
+}
+
+TEST(PrometheusPath, ParsesVectorAndScalarAnswersAndRefusesErrors) {
+  auto v = parse_prometheus_value(
+      R"({"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1.5,"0.25"]}]}})");
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(**v, 0.25);
+  auto empty = parse_prometheus_value(R"({"status":"success","data":{"resultType":"vector","result":[]}})");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->has_value());
+  auto nan =
+      parse_prometheus_value(R"({"status":"success","data":{"resultType":"scalar","result":[1,"NaN"]}})");
+  ASSERT_TRUE(nan.ok());
+  EXPECT_FALSE(nan->has_value());
+  EXPECT_FALSE(
+      parse_prometheus_value(R"({"status":"error","errorType":"bad_data","error":"parse error"})").ok());
+  EXPECT_FALSE(parse_prometheus_value("<html>").ok());
+}
+
+TEST(PrometheusPath, VerdictFromPrometheusNumbers) {
+  PromTrack stable{0.2, 0.02, 100, 0};
+  PromTrack canary{0.5, 0.02, 100, 0};
+  GateVerdict v = evaluate_performance_prometheus(perf_spec(), stable, canary);
+  EXPECT_EQ(v.outcome, Outcome::kFailed);
+  EXPECT_DOUBLE_EQ(v.measurements.at("ttft_p95_ratio"), 2.5);
+  canary.ttft_p95 = 0.21;
+  EXPECT_EQ(evaluate_performance_prometheus(perf_spec(), stable, canary).outcome, Outcome::kPassed);
+  canary.requests.reset();
+  EXPECT_EQ(evaluate_performance_prometheus(perf_spec(), stable, canary).outcome, Outcome::kInconclusive);
+}
+
+GateVerdict passed() {
+  GateVerdict v;
+  v.outcome = Outcome::kPassed;
+  return v;
+}
+
+StageInputs all_passed() {
+  StageInputs in;
+  in.verification = passed();
+  in.quality = passed();
+  in.performance = passed();
+  in.canary_ready = true;
+  in.window_elapsed = true;
+  return in;
+}
+
+TEST(Decide, PromotesOnlyWhenEveryGatePassedAndTheWindowIsOver) {
+  EXPECT_EQ(decide(all_passed()).kind, Decision::Kind::kPromote);
+  StageInputs in = all_passed();
+  in.window_elapsed = false;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
+  in = all_passed();
+  in.quality.outcome = Outcome::kPending;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
+  in = all_passed();
+  in.performance.outcome = Outcome::kSkipped;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kPromote);
+}
+
+TEST(Decide, InconclusiveRollsBackNeverPromotes) {
+  StageInputs in = all_passed();
+  in.quality.outcome = Outcome::kInconclusive;
+  in.quality.reason = "EvalJobCannotRun";
+  Decision d = decide(in);
+  EXPECT_EQ(d.kind, Decision::Kind::kRollBack);
+  EXPECT_EQ(d.gate, "quality");
+  EXPECT_EQ(d.reason, "EvalJobCannotRun");
+}
+
+TEST(Decide, VerificationFailureRollsBackAtOnceEvenWhilePaused) {
+  StageInputs in;
+  in.paused = true;
+  in.verification.outcome = Outcome::kFailed;
+  in.verification.reason = "DigestMismatch";
+  Decision d = decide(in);
+  EXPECT_EQ(d.kind, Decision::Kind::kRollBack);
+  EXPECT_EQ(d.gate, "verification");
+  EXPECT_EQ(d.reason, "DigestMismatch");
+}
+
+TEST(Decide, PauseHoldsAPassingStage) {
+  StageInputs in = all_passed();
+  in.paused = true;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
+}
+
+TEST(Decide, ManualPromoteSkipsGatesButNeedsAReadyCanary) {
+  StageInputs in;
+  in.promote_requested = true;
+  in.verification = passed();
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
+  in.canary_ready = true;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kPromote);
+  // A failed gate still wins over a promote: nothing failing is promoted by accident.
+  in.performance.outcome = Outcome::kFailed;
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kRollBack);
+}
+
+TEST(Decide, AbortWinsOverEverything) {
+  StageInputs in = all_passed();
+  in.abort_requested = true;
+  Decision d = decide(in);
+  EXPECT_EQ(d.kind, Decision::Kind::kRollBack);
+  EXPECT_TRUE(d.aborted);
+}
+
+TEST(Decide, DeadlineAndFailingRuntimeRollBack) {
+  StageInputs in;
+  in.deadline_passed = true;
+  EXPECT_EQ(decide(in).reason, "ProgressDeadlineExceeded");
+  in = StageInputs{};
+  in.runtime_failure = "CrashLoopBackOff: unsupported kv dtype";
+  EXPECT_EQ(decide(in).reason, "CanaryNotServing");
+}
+
+}  // namespace
+}  // namespace infergate::op::rollout
