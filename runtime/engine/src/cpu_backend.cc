@@ -1,0 +1,632 @@
+// CpuBackend: the forward pass of the dense decoder architectures (Llama, Mistral, Qwen2, GLM, GLM-4)
+// over the kernels' CPU ops, with the weights used in their stored (compressed) form and the paged KV
+// pool in host memory. Also the fp32 reference path (fp32 weights and an fp32 paged cache) that
+// quality baselines are measured against, and a switch to the kernels' scalar references (a second
+// code path for the noise floor).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu_backend_internal.h"
+#include "infergate/kernels/cpu.h"
+#include "infergate/kernels/ref.h"
+#include "infergate/runtime/model/model.h"
+
+namespace infergate::runtime::engine {
+
+// The op table: optimised CPU kernels, or the scalar references.
+struct Ops {
+  kernels::Status (*linear)(kernels::View2<const float>, const kernels::WeightView&, const float*,
+                            kernels::View2<float>);
+  kernels::Status (*rmsnorm)(kernels::View2<const float>, const float*, float, kernels::View2<float>);
+  kernels::Status (*rope)(const kernels::RopeConfig&, const float*, const int32_t*, kernels::View3<float>,
+                          kernels::View3<float>);
+  kernels::Status (*silu_mul)(kernels::View2<const float>, kernels::View2<const float>,
+                              kernels::View2<float>);
+  kernels::Status (*add)(kernels::View2<const float>, kernels::View2<const float>, kernels::View2<float>);
+  kernels::Status (*embedding)(const kernels::MatrixSource&, const int32_t*, int64_t, kernels::View2<float>);
+  kernels::Status (*kv_append)(const kernels::KvCache&, const kernels::KvAppend&);
+  kernels::Status (*attention)(const kernels::KvCache&, const kernels::AttentionBatch&,
+                               kernels::View3<const float>, kernels::View3<float>);
+};
+constexpr Ops kCpuOps{kernels::linear_cpu,    kernels::rmsnorm_cpu,  kernels::rope_cpu,
+                      kernels::silu_mul_cpu,  kernels::add_cpu,      kernels::embedding_cpu,
+                      kernels::kv_append_cpu, kernels::attention_cpu};
+constexpr Ops kRefOps{kernels::linear_ref,    kernels::rmsnorm_ref,  kernels::rope_ref,
+                      kernels::silu_mul_ref,  kernels::add_ref,      kernels::embedding_ref,
+                      kernels::kv_append_ref, kernels::attention_ref};
+
+namespace {
+
+namespace k = infergate::kernels;
+namespace m = infergate::runtime::model;
+
+Error kernel_error(const k::Status& s, std::string_view what) {
+  ErrorCode code = ErrorCode::kInternal;
+  if (s.code() == k::StatusCode::kInvalidArgument) code = ErrorCode::kInvalidArgument;
+  if (s.code() == k::StatusCode::kOutOfRange) code = ErrorCode::kOutOfRange;
+  if (s.code() == k::StatusCode::kUnsupported) code = ErrorCode::kUnimplemented;
+  return Error(code, std::string(what) + ": " + s.to_string());
+}
+
+#define ENGINE_K(expr, what)                                       \
+  do {                                                             \
+    ::infergate::kernels::Status engine_k_s_ = (expr);             \
+    if (!engine_k_s_.ok()) return kernel_error(engine_k_s_, what); \
+  } while (0)
+
+k::SourceDtype source_dtype(m::DType d) {
+  return d == m::DType::kF16    ? k::SourceDtype::kF16
+         : d == m::DType::kBF16 ? k::SourceDtype::kBF16
+                                : k::SourceDtype::kF32;
+}
+
+float element(const m::TensorView& t, uint64_t i) {
+  switch (t.dtype) {
+    case m::DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      return m::f16_to_f32(h);
+    }
+    case m::DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      return m::bf16_to_f32(h);
+    }
+    default: {
+      float f;
+      std::memcpy(&f, t.data + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+bool is_float_dtype(m::DType d) { return d == m::DType::kF16 || d == m::DType::kBF16 || d == m::DType::kF32; }
+
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  data_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+  if (data_) std::memset(data_, 0, rounded);
+}
+AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept : data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+CpuBackend::CpuBackend(std::shared_ptr<const m::Model> model, const CpuBackendOptions& options)
+    : model_(std::move(model)), options_(options) {}
+
+Result<std::vector<float>> CpuBackend::vector_f32(std::string_view name, int64_t expect) const {
+  INFERGATE_ASSIGN_OR_RETURN(m::TensorView t, model_->tensor(name));
+  if (!is_float_dtype(t.dtype)) {
+    return invalid_argument("tensor " + std::string(name) + " has dtype " +
+                            std::string(m::dtype_name(t.dtype)) + ", expected F16, BF16 or F32")
+        .with_reason("TensorDtypeMismatch")
+        .with_detail("tensor", std::string(name));
+  }
+  if (static_cast<int64_t>(t.num_elements()) != expect) {
+    return invalid_argument("tensor " + std::string(name) + " has " + std::to_string(t.num_elements()) +
+                            " elements, the config needs " + std::to_string(expect))
+        .with_reason("TensorShapeMismatch")
+        .with_detail("tensor", std::string(name));
+  }
+  std::vector<float> v(static_cast<size_t>(expect));
+  for (uint64_t i = 0; i < v.size(); ++i) v[i] = element(t, i);
+  return v;
+}
+
+Result<CpuBackend::Linear> CpuBackend::load_linear(std::string_view name, int64_t rows, int64_t cols,
+                                                   bool bias) {
+  Linear l;
+  l.rows = rows;
+  l.cols = cols;
+  INFERGATE_ASSIGN_OR_RETURN(m::WeightView w, model_->weight(name));
+  if (static_cast<int64_t>(w.rows) != rows || static_cast<int64_t>(w.cols) != cols) {
+    return invalid_argument("weight " + std::string(name) + " is [" + std::to_string(w.rows) + ", " +
+                            std::to_string(w.cols) + "], the config needs [" + std::to_string(rows) + ", " +
+                            std::to_string(cols) + "]")
+        .with_reason("TensorShapeMismatch")
+        .with_detail("tensor", std::string(name));
+  }
+  const WeightFormat want = options_.weight_format;
+  if (w.format == m::WeightFormat::kDense) {
+    if (!is_float_dtype(w.dense.dtype)) {
+      return invalid_argument("weight " + std::string(name) + " has dtype " +
+                              std::string(m::dtype_name(w.dense.dtype)))
+          .with_reason("TensorDtypeMismatch")
+          .with_detail("tensor", std::string(name));
+    }
+    // Dense layers of a quantized checkpoint (lm_head by default) stay in their float dtype;
+    // fp32 ones become fp16. Dense checkpoints take the requested float format.
+    m::DType target;
+    if (want == WeightFormat::kF32) {
+      target = m::DType::kF32;
+    } else if (want == WeightFormat::kBF16) {
+      target = m::DType::kBF16;
+    } else if (want == WeightFormat::kF16) {
+      target = m::DType::kF16;
+    } else {
+      target = w.dense.dtype == m::DType::kF32 ? m::DType::kF16 : w.dense.dtype;
+    }
+    const size_t n = static_cast<size_t>(rows * cols);
+    if (target == w.dense.dtype && w.dense.aligned()) {
+      if (target == m::DType::kF32) {
+        l.f32 = w.dense.as<float>();
+      } else {
+        l.view.layout = {target == m::DType::kF16 ? k::WeightFormat::kF16 : k::WeightFormat::kBF16, rows,
+                         cols, 0, k::ScaleDtype::kF16};
+        l.view.data = w.dense.data;
+      }
+    } else {
+      AlignedBuffer buf(n * m::dtype_size(target));
+      if (!buf.data()) return resource_exhausted("out of memory converting " + std::string(name));
+      for (size_t i = 0; i < n; ++i) {
+        const float f = element(w.dense, i);
+        if (target == m::DType::kF32) {
+          reinterpret_cast<float*>(buf.data())[i] = f;
+        } else {
+          const uint16_t h = target == m::DType::kF16 ? m::f32_to_f16(f) : m::f32_to_bf16(f);
+          std::memcpy(buf.data() + 2 * i, &h, 2);
+        }
+      }
+      if (target == m::DType::kF32) {
+        l.f32 = reinterpret_cast<const float*>(buf.data());
+      } else {
+        l.view.layout = {target == m::DType::kF16 ? k::WeightFormat::kF16 : k::WeightFormat::kBF16, rows,
+                         cols, 0, k::ScaleDtype::kF16};
+        l.view.data = buf.data();
+      }
+      owned_bytes_ += static_cast<int64_t>(buf.size());
+      owned_.push_back(std::move(buf));
+    }
+    weight_bytes_ += static_cast<int64_t>(n * m::dtype_size(target));
+  } else {
+    INFERGATE_ASSIGN_OR_RETURN(l.view, m::kernel_weight_view(w));
+    weight_bytes_ += k::weight_bytes(l.view.layout).total();
+  }
+  if (bias) {
+    std::string bname(name);
+    bname.replace(bname.size() - std::string_view(".weight").size(), std::string::npos, ".bias");
+    INFERGATE_ASSIGN_OR_RETURN(l.bias, vector_f32(bname, rows));
+    weight_bytes_ += rows * 4;
+  }
+  return l;
+}
+
+Status CpuBackend::load() {
+  const m::ModelConfig& c = model_->config();
+  if (!m::is_dense_architecture(c.architecture) || c.mla || c.moe) {
+    return unimplemented("architecture " + std::string(m::architecture_name(c.architecture)) +
+                         " is not one the engine runs (Llama, Mistral, Qwen2, GLM, GLM-4)")
+        .with_reason("UnsupportedArchitecture");
+  }
+  if (c.hidden_act != "silu") {
+    return unimplemented("hidden_act \"" + c.hidden_act + "\" is not supported (silu only)")
+        .with_reason("UnsupportedArchitecture");
+  }
+  if (c.qk_norm) return unimplemented("q/k norms are not supported").with_reason("UnsupportedArchitecture");
+  if (c.rope_scaling.type != m::RopeType::kDefault && c.rope_scaling.type != m::RopeType::kLlama3) {
+    return unimplemented("rope_scaling type " + std::string(m::rope_type_name(c.rope_scaling.type)) +
+                         " is not supported (default and llama3 are)")
+        .with_reason("UnsupportedRopeScaling");
+  }
+  // Which checkpoint formats can be served as which weight formats.
+  const m::WeightFormat stored = model_->weight_format();
+  const WeightFormat want = options_.weight_format;
+  const bool ok =
+      (stored == m::WeightFormat::kDense &&
+       (want == WeightFormat::kF16 || want == WeightFormat::kBF16 || want == WeightFormat::kF32)) ||
+      (stored == m::WeightFormat::kInt8 && want == WeightFormat::kInt8) ||
+      (stored == m::WeightFormat::kInt4 && want == WeightFormat::kInt4);
+  if (!ok) {
+    std::string have = stored == m::WeightFormat::kDense
+                           ? "a dense (unquantized)"
+                           : std::string("an ") + std::string(m::weight_format_name(stored));
+    std::string hint =
+        (want == WeightFormat::kInt8 || want == WeightFormat::kInt4) && stored == m::WeightFormat::kDense
+            ? "; write one with `infergate-runtime quantize --weight-format " +
+                  std::string(weight_format_name(want)) + "`"
+            : "";
+    return invalid_argument("--weight-format " + std::string(weight_format_name(want)) + " cannot serve " +
+                            have + " checkpoint" + hint)
+        .with_reason("WeightFormatMismatch")
+        .with_detail("weight_format", std::string(weight_format_name(want)))
+        .with_detail("checkpoint_format", std::string(m::weight_format_name(stored)));
+  }
+  ops_ = options_.reference_ops ? &kRefOps : &kCpuOps;
+  if (options_.threads > 0) k::set_cpu_threads(options_.threads);
+
+  shape_.vocab = c.vocab_size;
+  shape_.hidden = c.hidden_size;
+  shape_.num_layers = static_cast<int32_t>(c.num_hidden_layers);
+  shape_.num_heads = static_cast<int32_t>(c.num_attention_heads);
+  shape_.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+  shape_.head_dim = static_cast<int32_t>(c.head_dim);
+  shape_.max_position = c.max_position_embeddings;
+  eps_ = static_cast<float>(c.rms_norm_eps);
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+
+  rope_.style =
+      c.rope_layout == m::RopeLayout::kInterleaved ? k::RopeStyle::kInterleaved : k::RopeStyle::kHalfSplit;
+  rope_.head_dim = static_cast<int32_t>(c.head_dim);
+  rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim);
+  rope_.theta = static_cast<float>(c.rope_theta);
+  if (c.rope_scaling.type == m::RopeType::kLlama3) {
+    rope_.llama3.enabled = true;
+    rope_.llama3.factor = static_cast<float>(c.rope_scaling.factor);
+    rope_.llama3.low_freq_factor = static_cast<float>(c.rope_scaling.low_freq_factor);
+    rope_.llama3.high_freq_factor = static_cast<float>(c.rope_scaling.high_freq_factor);
+    rope_.llama3.original_max_position =
+        static_cast<int32_t>(c.rope_scaling.original_max_position_embeddings);
+  }
+  ENGINE_K(k::rope_inv_freq(rope_, &inv_freq_), "rope");
+
+  // Embeddings: used in place (any float dtype).
+  INFERGATE_ASSIGN_OR_RETURN(m::TensorView emb, model_->tensor("model.embed_tokens.weight"));
+  if (!is_float_dtype(emb.dtype) || emb.shape.size() != 2 ||
+      static_cast<int64_t>(emb.shape[0]) != c.vocab_size || static_cast<int64_t>(emb.shape[1]) != H) {
+    return invalid_argument("model.embed_tokens.weight must be a float [vocab_size, hidden_size] matrix")
+        .with_reason("TensorShapeMismatch")
+        .with_detail("tensor", "model.embed_tokens.weight");
+  }
+  embed_ = {emb.data, source_dtype(emb.dtype), c.vocab_size, H, H};
+  weight_bytes_ += static_cast<int64_t>(emb.nbytes);
+
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    Layer& L = layers_[static_cast<size_t>(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    INFERGATE_ASSIGN_OR_RETURN(L.input_norm, vector_f32(p + "input_layernorm.weight", H));
+    INFERGATE_ASSIGN_OR_RETURN(L.post_attention_norm, vector_f32(p + "post_attention_layernorm.weight", H));
+    if (c.post_sublayer_norms) {
+      INFERGATE_ASSIGN_OR_RETURN(L.post_self_attn_norm, vector_f32(p + "post_self_attn_layernorm.weight", H));
+      INFERGATE_ASSIGN_OR_RETURN(L.post_mlp_norm, vector_f32(p + "post_mlp_layernorm.weight", H));
+    }
+    weight_bytes_ += static_cast<int64_t>(L.input_norm.size() + L.post_attention_norm.size() +
+                                          L.post_self_attn_norm.size() + L.post_mlp_norm.size()) *
+                     4;
+    INFERGATE_ASSIGN_OR_RETURN(L.q, load_linear(p + "self_attn.q_proj.weight", c.q_dim(), H, c.qkv_bias));
+    INFERGATE_ASSIGN_OR_RETURN(L.k, load_linear(p + "self_attn.k_proj.weight", c.kv_dim(), H, c.qkv_bias));
+    INFERGATE_ASSIGN_OR_RETURN(L.v, load_linear(p + "self_attn.v_proj.weight", c.kv_dim(), H, c.qkv_bias));
+    INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H, c.q_dim(), c.o_bias));
+    L.fused = c.fused_gate_up;
+    if (c.fused_gate_up) {
+      INFERGATE_ASSIGN_OR_RETURN(L.gate_up, load_linear(p + "mlp.gate_up_proj.weight", 2 * I, H, false));
+      INFERGATE_ASSIGN_OR_RETURN(L.down, load_linear(p + "mlp.down_proj.weight", H, I, false));
+    } else {
+      INFERGATE_ASSIGN_OR_RETURN(L.gate, load_linear(p + "mlp.gate_proj.weight", I, H, c.mlp_bias));
+      INFERGATE_ASSIGN_OR_RETURN(L.up, load_linear(p + "mlp.up_proj.weight", I, H, c.mlp_bias));
+      INFERGATE_ASSIGN_OR_RETURN(L.down, load_linear(p + "mlp.down_proj.weight", H, I, c.mlp_bias));
+    }
+  }
+  INFERGATE_ASSIGN_OR_RETURN(final_norm_, vector_f32("model.norm.weight", H));
+  weight_bytes_ += H * 4;
+  if (c.tie_word_embeddings) {
+    const int64_t before = weight_bytes_;
+    const size_t owned_before = owned_.size();
+    INFERGATE_ASSIGN_OR_RETURN(lm_head_, load_linear("model.embed_tokens.weight", c.vocab_size, H, false));
+    // The shared table is counted once, unless the lm_head needed a converted copy of it.
+    if (owned_.size() == owned_before) weight_bytes_ = before;
+  } else {
+    INFERGATE_ASSIGN_OR_RETURN(lm_head_, load_linear("lm_head.weight", c.vocab_size, H, false));
+  }
+  return ok_status();
+}
+
+Status CpuBackend::allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t max_sequences) {
+  if (spec.num_layers != shape_.num_layers || spec.num_kv_heads != shape_.num_kv_heads ||
+      spec.head_dim != shape_.head_dim || spec.block_tokens != kBlockTokens) {
+    return invalid_argument("KV spec does not match the model (layers, KV heads, head_dim, 16-token blocks)");
+  }
+  INFERGATE_ASSIGN_OR_RETURN(KvBytes b, engine::kv_bytes(spec));
+  INFERGATE_ASSIGN_OR_RETURN(int64_t total, kv_pool_bytes(spec, num_blocks, max_sequences));
+  kv_spec_ = spec;
+  num_blocks_ = num_blocks;
+  max_sequences_ = max_sequences;
+  kv_pages_.clear();
+  kv_staging_.clear();
+  caches_.clear();
+  k_scale_.assign(static_cast<size_t>(shape_.num_kv_heads), 1.0f);
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    AlignedBuffer pages(static_cast<size_t>(b.page_bytes * num_blocks));
+    if (!pages.data()) {
+      return resource_exhausted("cannot allocate the KV pool (" + std::to_string(total) + " bytes)")
+          .with_reason("KvPoolAllocationFailed");
+    }
+    AlignedBuffer staging(static_cast<size_t>(b.staging_bytes / spec.num_layers * max_sequences));
+    k::KvCache cache;
+    if (auto kd = kernel_kv_dtype(spec.dtype)) {
+      cache.layout = {*kd, spec.block_tokens, spec.num_kv_heads, spec.head_dim};
+    }
+    cache.pages = pages.data();
+    cache.num_pages = num_blocks;
+    cache.staging = b.staging_bytes ? staging.data() : nullptr;
+    cache.num_staging = b.staging_bytes ? max_sequences : 0;
+    cache.k_scale = nullptr;  // fp8: 1.0 per head (no calibration data)
+    cache.v_scale = nullptr;
+    caches_.push_back(cache);
+    kv_pages_.push_back(std::move(pages));
+    kv_staging_.push_back(std::move(staging));
+  }
+  kv_bytes_ = total;
+  return ok_status();
+}
+
+Status CpuBackend::linear(const Linear& l, const float* x, int64_t t, float* y) {
+  if (l.f32) {
+    // fp32 reference weights: y = x W^T + b, fp32 products summed in double.
+    for (int64_t r = 0; r < t; ++r) {
+      const float* xr = x + r * l.cols;
+      for (int64_t n = 0; n < l.rows; ++n) {
+        const float* w = l.f32 + n * l.cols;
+        double s = 0;
+        for (int64_t c = 0; c < l.cols; ++c) s += static_cast<double>(xr[c]) * w[c];
+        if (!l.bias.empty()) s += l.bias[static_cast<size_t>(n)];
+        y[r * l.rows + n] = static_cast<float>(s);
+      }
+    }
+    return ok_status();
+  }
+  ENGINE_K(ops_->linear(k::contiguous<const float>(x, t, l.cols), l.view,
+                        l.bias.empty() ? nullptr : l.bias.data(), k::contiguous(y, t, l.rows)),
+           "linear");
+  return ok_status();
+}
+
+Status CpuBackend::kv_write_f32(int32_t layer, const float* kk, const float* vv, int64_t t,
+                                const int32_t* pages, const int32_t* slots) {
+  // fp32 page: K [heads][16][dim] then V [heads][16][dim].
+  const int64_t Hk = shape_.num_kv_heads, D = shape_.head_dim, P = kBlockTokens;
+  float* pool = reinterpret_cast<float*>(kv_pages_[static_cast<size_t>(layer)].data());
+  for (int64_t i = 0; i < t; ++i) {
+    float* page = pool + static_cast<int64_t>(pages[i]) * 2 * Hk * P * D;
+    for (int64_t h = 0; h < Hk; ++h) {
+      std::memcpy(page + (h * P + slots[i]) * D, kk + (i * Hk + h) * D, static_cast<size_t>(D) * 4);
+      std::memcpy(page + Hk * P * D + (h * P + slots[i]) * D, vv + (i * Hk + h) * D,
+                  static_cast<size_t>(D) * 4);
+    }
+  }
+  return ok_status();
+}
+
+void CpuBackend::attention_f32(int32_t layer, std::span<const SequenceInput> batch,
+                               const std::vector<int32_t>& q_start, const float* q, float* out) {
+  const int64_t Hq = shape_.num_heads, Hk = shape_.num_kv_heads, D = shape_.head_dim, P = kBlockTokens;
+  const int64_t group = Hq / Hk;
+  const float* pool = reinterpret_cast<const float*>(kv_pages_[static_cast<size_t>(layer)].data());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> s, acc(static_cast<size_t>(D));
+  for (size_t si = 0; si < batch.size(); ++si) {
+    const SequenceInput& in = batch[si];
+    for (int64_t i = 0; i < static_cast<int64_t>(in.tokens.size()); ++i) {
+      const int64_t row = q_start[si] + i;
+      const int64_t pos = in.start_position + i;
+      s.assign(static_cast<size_t>(pos + 1), 0.0);
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t kh = h / group;
+        const float* qv = q + (row * Hq + h) * D;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= pos; ++j) {
+          const float* page =
+              pool + static_cast<int64_t>(in.block_table[static_cast<size_t>(j / P)]) * 2 * Hk * P * D;
+          const float* kv = page + (kh * P + j % P) * D;
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += static_cast<double>(qv[c]) * kv[c];
+          s[static_cast<size_t>(j)] = d * scale;
+          mx = std::max(mx, d * scale);
+        }
+        double sum = 0;
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j <= pos; ++j) {
+          const float* page =
+              pool + static_cast<int64_t>(in.block_table[static_cast<size_t>(j / P)]) * 2 * Hk * P * D;
+          const float* vv = page + Hk * P * D + (kh * P + j % P) * D;
+          const double w = s[static_cast<size_t>(j)] / sum;
+          for (int64_t c = 0; c < D; ++c) acc[static_cast<size_t>(c)] += w * vv[c];
+        }
+        float* o = out + (row * Hq + h) * D;
+        for (int64_t c = 0; c < D; ++c) o[c] = static_cast<float>(acc[static_cast<size_t>(c)]);
+      }
+    }
+  }
+}
+
+Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* out) {
+  if (caches_.empty()) return failed_precondition("forward before allocate_kv");
+  if (batch.empty()) return invalid_argument("forward: empty batch");
+  const int64_t H = shape_.hidden, Hq = shape_.num_heads, Hk = shape_.num_kv_heads, D = shape_.head_dim;
+  const int64_t qd = Hq * D, kvd = Hk * D;
+  const int32_t S = static_cast<int32_t>(batch.size());
+  // ---- the batch's bookkeeping ----
+  std::vector<int32_t> q_start(static_cast<size_t>(S) + 1, 0), kv_len(static_cast<size_t>(S));
+  std::vector<int32_t> staging(static_cast<size_t>(S));
+  int32_t max_pages = 1;
+  int64_t rows_out = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const SequenceInput& in = batch[static_cast<size_t>(s)];
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    if (n <= 0) return invalid_argument("forward: sequence " + std::to_string(s) + " has no new tokens");
+    if (in.start_position < 0) return invalid_argument("forward: negative start position");
+    const int64_t end = in.start_position + n;
+    if (end > shape_.max_position) {
+      return out_of_range("forward: position " + std::to_string(end - 1) +
+                          " is past the model's maximum of " + std::to_string(shape_.max_position))
+          .with_reason("ContextTooLong");
+    }
+    if (static_cast<int64_t>(in.block_table.size()) < blocks_for_tokens(end)) {
+      return invalid_argument("forward: sequence " + std::to_string(s) + "'s block table is too short");
+    }
+    for (int32_t b : in.block_table) {
+      if (b < 0 || b >= num_blocks_)
+        return invalid_argument("forward: block id " + std::to_string(b) + " out of range");
+    }
+    if (in.slot < 0 || in.slot >= max_sequences_) return invalid_argument("forward: slot out of range");
+    for (int32_t id : in.tokens) {
+      if (id < 0 || id >= shape_.vocab) {
+        return invalid_argument("forward: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                std::to_string(shape_.vocab))
+            .with_reason("TokenOutOfRange");
+      }
+    }
+    q_start[static_cast<size_t>(s) + 1] = q_start[static_cast<size_t>(s)] + static_cast<int32_t>(n);
+    kv_len[static_cast<size_t>(s)] = static_cast<int32_t>(end);
+    staging[static_cast<size_t>(s)] = in.slot;
+    max_pages = std::max<int32_t>(max_pages, static_cast<int32_t>(blocks_for_tokens(end)));
+    rows_out += in.logits == LogitsWanted::kAll ? n : in.logits == LogitsWanted::kLast ? 1 : 0;
+  }
+  const int64_t T = q_start[static_cast<size_t>(S)];
+  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
+      page_ids(static_cast<size_t>(T)), slots(static_cast<size_t>(T)), tok_staging(static_cast<size_t>(T));
+  std::vector<int32_t> table(static_cast<size_t>(S) * static_cast<size_t>(max_pages), 0);
+  for (int32_t s = 0; s < S; ++s) {
+    const SequenceInput& in = batch[static_cast<size_t>(s)];
+    for (int64_t i = 0; i < static_cast<int64_t>(in.tokens.size()); ++i) {
+      const size_t r = static_cast<size_t>(q_start[static_cast<size_t>(s)] + i);
+      const int64_t p = in.start_position + i;
+      ids[r] = in.tokens[static_cast<size_t>(i)];
+      pos[r] = static_cast<int32_t>(p);
+      page_ids[r] = in.block_table[static_cast<size_t>(p / kBlockTokens)];
+      slots[r] = static_cast<int32_t>(p % kBlockTokens);
+      tok_staging[r] = in.slot;
+    }
+    const int64_t np = blocks_for_tokens(kv_len[static_cast<size_t>(s)]);
+    for (int64_t i = 0; i < np; ++i) {
+      table[static_cast<size_t>(s) * static_cast<size_t>(max_pages) + static_cast<size_t>(i)] =
+          in.block_table[static_cast<size_t>(i)];
+    }
+  }
+  // ---- workspaces ----
+  const int64_t I = model_->config().intermediate_size;
+  x_.resize(static_cast<size_t>(T * H));
+  h_.resize(static_cast<size_t>(T * H));
+  q_.resize(static_cast<size_t>(T * qd));
+  k_.resize(static_cast<size_t>(T * kvd));
+  v_.resize(static_cast<size_t>(T * kvd));
+  attn_.resize(static_cast<size_t>(T * qd));
+  mlp_.resize(static_cast<size_t>(T * 2 * I));
+  act_.resize(static_cast<size_t>(T * I));
+
+  ENGINE_K(ops_->embedding(embed_, ids.data(), T, k::contiguous(x_.data(), T, H)), "embedding");
+  k::AttentionBatch ab;
+  ab.num_seqs = S;
+  ab.num_q_heads = static_cast<int32_t>(Hq);
+  ab.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ab.q_start = q_start.data();
+  ab.kv_len = kv_len.data();
+  ab.block_table = table.data();
+  ab.max_pages_per_seq = max_pages;
+  ab.staging_ids = staging.data();
+  const bool f32_kv = kv_spec_.dtype == KvCacheDtype::kF32;
+
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& L = layers_[li];
+    const int32_t layer = static_cast<int32_t>(li);
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(x_.data(), T, H), L.input_norm.data(), eps_,
+                           k::contiguous(h_.data(), T, H)),
+             "input_layernorm");
+    INFERGATE_RETURN_IF_ERROR(linear(L.q, h_.data(), T, q_.data()));
+    INFERGATE_RETURN_IF_ERROR(linear(L.k, h_.data(), T, k_.data()));
+    INFERGATE_RETURN_IF_ERROR(linear(L.v, h_.data(), T, v_.data()));
+    ENGINE_K(ops_->rope(rope_, inv_freq_.data(), pos.data(), k::contiguous(q_.data(), T, Hq, D),
+                        k::contiguous(k_.data(), T, Hk, D)),
+             "rope");
+    if (f32_kv) {
+      INFERGATE_RETURN_IF_ERROR(kv_write_f32(layer, k_.data(), v_.data(), T, page_ids.data(), slots.data()));
+      attention_f32(layer, batch, q_start, q_.data(), attn_.data());
+    } else {
+      k::KvAppend app;
+      app.k = k::contiguous<const float>(k_.data(), T, Hk, D);
+      app.v = k::contiguous<const float>(v_.data(), T, Hk, D);
+      app.page_ids = page_ids.data();
+      app.slots = slots.data();
+      app.staging_ids = tok_staging.data();
+      ENGINE_K(ops_->kv_append(caches_[li], app), "kv_append");
+      ENGINE_K(ops_->attention(caches_[li], ab, k::contiguous<const float>(q_.data(), T, Hq, D),
+                               k::contiguous(attn_.data(), T, Hq, D)),
+               "attention");
+    }
+    INFERGATE_RETURN_IF_ERROR(linear(L.o, attn_.data(), T, h_.data()));
+    if (!L.post_self_attn_norm.empty()) {
+      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(h_.data(), T, H), L.post_self_attn_norm.data(), eps_,
+                             k::contiguous(h_.data(), T, H)),
+               "post_self_attn_layernorm");
+    }
+    ENGINE_K(ops_->add(k::contiguous<const float>(x_.data(), T, H),
+                       k::contiguous<const float>(h_.data(), T, H), k::contiguous(x_.data(), T, H)),
+             "residual");
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(x_.data(), T, H), L.post_attention_norm.data(), eps_,
+                           k::contiguous(h_.data(), T, H)),
+             "post_attention_layernorm");
+    if (L.fused) {
+      INFERGATE_RETURN_IF_ERROR(linear(L.gate_up, h_.data(), T, mlp_.data()));
+      const k::View2<const float> gate{mlp_.data(), T, I, 2 * I}, up{mlp_.data() + I, T, I, 2 * I};
+      ENGINE_K(ops_->silu_mul(gate, up, k::contiguous(act_.data(), T, I)), "silu_mul");
+    } else {
+      INFERGATE_RETURN_IF_ERROR(linear(L.gate, h_.data(), T, mlp_.data()));
+      INFERGATE_RETURN_IF_ERROR(linear(L.up, h_.data(), T, mlp_.data() + T * I));
+      ENGINE_K(ops_->silu_mul(k::contiguous<const float>(mlp_.data(), T, I),
+                              k::contiguous<const float>(mlp_.data() + T * I, T, I),
+                              k::contiguous(act_.data(), T, I)),
+               "silu_mul");
+    }
+    INFERGATE_RETURN_IF_ERROR(linear(L.down, act_.data(), T, h_.data()));
+    if (!L.post_mlp_norm.empty()) {
+      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(h_.data(), T, H), L.post_mlp_norm.data(), eps_,
+                             k::contiguous(h_.data(), T, H)),
+               "post_mlp_layernorm");
+    }
+    ENGINE_K(ops_->add(k::contiguous<const float>(x_.data(), T, H),
+                       k::contiguous<const float>(h_.data(), T, H), k::contiguous(x_.data(), T, H)),
+             "residual");
+  }
+  // ---- logits only where wanted ----
+  out->vocab = shape_.vocab;
+  out->row_start.assign(static_cast<size_t>(S) + 1, 0);
+  std::vector<float> sel(static_cast<size_t>(rows_out * H));
+  int64_t r = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const SequenceInput& in = batch[static_cast<size_t>(s)];
+    out->row_start[static_cast<size_t>(s)] = r;
+    const int64_t first = q_start[static_cast<size_t>(s)], last = q_start[static_cast<size_t>(s) + 1] - 1;
+    const int64_t from = in.logits == LogitsWanted::kAll ? first : last;
+    if (in.logits == LogitsWanted::kNone) continue;
+    for (int64_t t = from; t <= last; ++t, ++r) {
+      std::memcpy(sel.data() + r * H, x_.data() + t * H, static_cast<size_t>(H) * 4);
+    }
+  }
+  out->row_start[static_cast<size_t>(S)] = r;
+  out->logits.resize(static_cast<size_t>(rows_out * shape_.vocab));
+  if (rows_out > 0) {
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(sel.data(), rows_out, H), final_norm_.data(), eps_,
+                           k::contiguous(sel.data(), rows_out, H)),
+             "norm");
+    INFERGATE_RETURN_IF_ERROR(linear(lm_head_, sel.data(), rows_out, out->logits.data()));
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const m::Model> model,
+                                                  const CpuBackendOptions& options) {
+  if (!model) return invalid_argument("make_cpu_backend: no model");
+  auto b = std::make_unique<CpuBackend>(std::move(model), options);
+  INFERGATE_RETURN_IF_ERROR(b->load());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace infergate::runtime::engine

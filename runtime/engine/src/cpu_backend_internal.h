@@ -1,0 +1,98 @@
+// The CPU backend's class (private to the engine library; tests use it through make_cpu_backend).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "infergate/engine/backend.h"
+#include "infergate/kernels/kv_cache.h"
+#include "infergate/kernels/ops.h"
+#include "infergate/kernels/ref.h"
+
+namespace infergate::runtime::engine {
+
+// 64-byte aligned, zeroed host memory.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& o) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct Ops;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::shared_ptr<const model::Model> model, const CpuBackendOptions& options);
+  Status load();
+
+  std::string_view name() const override { return "cpu"; }
+  const ModelShape& shape() const override { return shape_; }
+  WeightFormat weight_format() const override { return options_.weight_format; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  Status allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t max_sequences) override;
+  int64_t kv_bytes() const override { return kv_bytes_; }
+  Status forward(std::span<const SequenceInput> batch, ForwardOutput* out) override;
+
+ private:
+  // A linear layer: a kernels weight (fp16/bf16/int8/int4) or, on the fp32 path, fp32 rows.
+  struct Linear {
+    kernels::WeightView view;
+    const float* f32 = nullptr;
+    int64_t rows = 0, cols = 0;
+    std::vector<float> bias;
+  };
+  struct Layer {
+    std::vector<float> input_norm, post_attention_norm, post_self_attn_norm, post_mlp_norm;
+    Linear q, k, v, o, gate, up, gate_up, down;
+    bool fused = false;
+  };
+
+  Result<std::vector<float>> vector_f32(std::string_view name, int64_t expect) const;
+  Result<Linear> load_linear(std::string_view name, int64_t rows, int64_t cols, bool bias);
+  Status linear(const Linear& l, const float* x, int64_t t, float* y);
+  Status kv_write_f32(int32_t layer, const float* k, const float* v, int64_t t, const int32_t* pages,
+                      const int32_t* slots);
+  void attention_f32(int32_t layer, std::span<const SequenceInput> batch, const std::vector<int32_t>& q_start,
+                     const float* q, float* out);
+
+  std::shared_ptr<const model::Model> model_;
+  CpuBackendOptions options_;
+  const Ops* ops_ = nullptr;
+  ModelShape shape_;
+  float eps_ = 1e-6f;
+  kernels::RopeConfig rope_;
+  std::vector<float> inv_freq_;
+  kernels::MatrixSource embed_;
+  std::vector<Layer> layers_;
+  std::vector<float> final_norm_;
+  Linear lm_head_;
+  std::vector<AlignedBuffer> owned_;  // converted weights
+  int64_t owned_bytes_ = 0;
+  int64_t weight_bytes_ = 0;
+
+  KvSpec kv_spec_;
+  int64_t num_blocks_ = 0;
+  int32_t max_sequences_ = 0;
+  std::vector<AlignedBuffer> kv_pages_, kv_staging_;  // per layer
+  std::vector<kernels::KvCache> caches_;
+  std::vector<float> k_scale_;
+  int64_t kv_bytes_ = 0;
+
+  std::vector<float> x_, h_, q_, k_, v_, attn_, mlp_, act_;
+};
+
+}  // namespace infergate::runtime::engine
