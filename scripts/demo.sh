@@ -170,8 +170,20 @@ echo "\$ $OPERATOR local run --manifests $MANIFESTS --state $STATE --router-addr
 setsid "$OPERATOR" local run --manifests "$MANIFESTS" --state "$STATE" --router-address "127.0.0.1:$DEMO_PORT" \
   --grace-period 5 >"$DEMO_DIR/operator.log" 2>&1 &
 OP_PID=$!
-cleanup_on_error() { echo "demo: failed; the operator's log is $DEMO_DIR/operator.log" >&2; kill -TERM $OP_PID 2>/dev/null || true; }
-trap cleanup_on_error ERR
+TRAFFIC_PID=""
+DONE=0
+# Whatever ends the script early (a failure, Ctrl-C) stops what it started; a finished demo leaves
+# the operator serving.
+on_exit() {
+  [ -n "$TRAFFIC_PID" ] && kill "$TRAFFIC_PID" 2>/dev/null
+  if [ $DONE != 1 ]; then
+    echo "demo: stopped early; the operator's log is $DEMO_DIR/operator.log" >&2
+    kill -TERM $OP_PID 2>/dev/null && wait $OP_PID 2>/dev/null
+  fi
+  return 0
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
 for _ in $(seq 50); do [ -f "$STATE/router.json" ] && break; sleep 0.2; done
 kill -0 $OP_PID 2>/dev/null || { cat "$DEMO_DIR/operator.log" >&2; die "the operator did not start"; }
 write_model fp16 fp16 fp16
@@ -192,7 +204,6 @@ traffic() {
 }
 traffic &
 TRAFFIC_PID=$!
-trap 'kill $TRAFFIC_PID 2>/dev/null || true' EXIT
 
 step "5. Roll out int8 weights and int8 KV: two canary stages, weights first"
 write_model int8 int8 int8
@@ -225,6 +236,7 @@ write_model int8 int8 int4
 follow "the int4 KV stage to be rolled back" "any(e.get('outcome')=='RolledBack' and e.get('stage')=='kvCache' for e in h)"
 last_outcome
 kill $TRAFFIC_PID 2>/dev/null || true
+TRAFFIC_PID=""
 
 # ---------------------------------------------------------------------------------------------
 step "8. Where it stands"
@@ -249,6 +261,7 @@ CURL="curl -s http://127.0.0.1:$DEMO_PORT/v1/completions -H 'Content-Type: appli
 echo "  $CURL"
 echo "  $(eval "$CURL" | head -c 400)"
 echo
+DONE=1
 if [ "${DEMO_STOP:-0}" = 1 ]; then
   kill -TERM $OP_PID
   wait $OP_PID || true
