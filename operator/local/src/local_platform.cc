@@ -498,17 +498,20 @@ PodState LocalPlatform::pod_state(const Workload& w, const Pod& p,
   const std::string verdict = read_small(p.dir / kTerminationLog);
   const std::string last = read_small(p.dir / kLastTerminationLog);
   s.verify.restarts = s.restarts;
+  // A "Verified" verdict is the agent's step succeeding (exit 0), whatever the runtime it exec'd did
+  // later; a refusal is the agent exiting with the process's exit code.
   auto set_verdict = [&](const std::string& text, int code) {
-    api::VerificationReport r = api::parse_termination_message(text, code);
+    api::VerificationReport r = api::parse_termination_message(text, 0);
+    if (!r.verified) r = api::parse_termination_message(text, code != 0 ? code : 1);
     s.verify.termination_message = text;
-    s.verify.exit_code = r.verified ? 0 : (code != 0 ? code : 1);
+    s.verify.exit_code = r.verified ? 0 : (r.exit_code != 0 ? r.exit_code : (code != 0 ? code : 1));
     s.verify.phase = r.verified ? VerifyState::Phase::kSucceeded : VerifyState::Phase::kFailed;
   };
   if (!verdict.empty()) {
     set_verdict(verdict, exit_code);
   } else if (running) {
     s.verify.phase = VerifyState::Phase::kRunning;
-    if (!last.empty() && !api::parse_termination_message(last, exit_code).verified)
+    if (!last.empty() && !api::parse_termination_message(last, 0).verified)
       set_verdict(last, exit_code);
     if (s.verify.phase == VerifyState::Phase::kFailed) s.verify.restarts = s.restarts;
   } else if (ps && ps->starts > 0) {
