@@ -1,5 +1,6 @@
 // Wiring infergate-operator together.
 #include "infergate/operator/app/operator_app.h"
+#include "infergate/operator/app/prometheus_rollout_metrics.h"
 
 #include <openssl/crypto.h>
 #include <pthread.h>
@@ -198,6 +199,8 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   controllers::ControllerOptions co;
   co.images = options.images;
   co.trust_recheck = options.trust_recheck;
+  app->rollout_metrics_ = std::make_unique<PrometheusRolloutMetrics>(app->metrics_.registry());
+  co.rollout_metrics = app->rollout_metrics_.get();
   app->reconciler_ = std::make_unique<controllers::InferenceModelReconciler>(
       *app->models_, *app->platform_, *app->events_, *app->capacity_, clock, co);
   manager::ControllerOptions ctl;

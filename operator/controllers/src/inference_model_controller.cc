@@ -24,7 +24,8 @@ InferenceModelReconciler::InferenceModelReconciler(platform::ModelStore& models,
       events_(events),
       capacity_(capacity),
       clock_(clock),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      analyzer_(platform, clock, options_.scrape_timeout) {}
 
 Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
   const platform::ModelRef ref = model_ref(in.meta);
@@ -36,7 +37,29 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
     INFERGATE_ASSIGN_OR_RETURN(platform::TrustState trust,
                                platform_.check_trust(ref, in.spec->artifact.trust));
     ob.trust = trust;
-    ob.capacity = capacity_.check(api::pod_config(*in.spec), in.spec->replicas);
+    if (!in.status.stable) ob.capacity = capacity_.check(api::pod_config(*in.spec), in.spec->replicas);
+    const std::string& name = in.meta.name;
+    INFERGATE_ASSIGN_OR_RETURN(
+        ob.canary, platform_.observe_workload(ref, api::workload_name(name, api::Track::kCanary)));
+    INFERGATE_ASSIGN_OR_RETURN(
+        ob.stable_endpoint,
+        platform_.observe_endpoint(ref, api::track_endpoint_name(name, api::Track::kStable)));
+    INFERGATE_ASSIGN_OR_RETURN(
+        ob.canary_endpoint,
+        platform_.observe_endpoint(ref, api::track_endpoint_name(name, api::Track::kCanary)));
+    if (const auto& stage = in.status.stage) {
+      INFERGATE_ASSIGN_OR_RETURN(platform::JobState job,
+                                 platform_.observe_job(ref, api::quality_job_name(name, stage->revision)));
+      ob.quality_job = job;
+      const bool running =
+          stage->phase == "Deploying" || stage->phase == "Verifying" || stage->phase == "Analyzing";
+      if (running && rollout::performance_configured(in.spec->rollout.performance)) {
+        ob.performance = analyzer_.measure(ref, *in.spec, *stage, ob.stable, ob.canary);
+      }
+    } else if (auto next = next_stage(in)) {
+      // The capacity planner re-plans with the next stage's settings before it starts.
+      ob.stage_capacity = capacity_.check(next->to, in.spec->replicas);
+    }
   }
   return ob;
 }
@@ -58,6 +81,14 @@ Status InferenceModelReconciler::execute(const platform::ModelRef& ref, const Pl
         st = platform_.delete_workload(ref, a.name);
         what = "deleting workload " + a.name;
         break;
+      case PlannedAction::Kind::kApplyJob:
+        st = platform_.apply_job(ref, a.job);
+        what = "starting job " + a.job.name;
+        break;
+      case PlannedAction::Kind::kDeleteJob:
+        st = platform_.delete_job(ref, a.name);
+        what = "deleting job " + a.name;
+        break;
     }
     if (!st.ok()) return std::move(st).error().context(what);
   }
@@ -68,7 +99,7 @@ Result<Plan> InferenceModelReconciler::plan(const Json& object) {
   INFERGATE_ASSIGN_OR_RETURN(ModelInput in, read_model(object));
   INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(in));
   PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
-  return plan_steady_state(in, ob, ctx);
+  return plan_model(in, ob, ctx);
 }
 
 Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::Request& req) {
@@ -76,6 +107,9 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
   if (!object) {
     // Deleted: owned workloads go with it (the platform's garbage collection, and this).
     INFERGATE_RETURN_IF_ERROR(platform_.cleanup(platform::ModelRef{req.namespace_, req.name, ""}));
+    analyzer_.forget(req.key());
+    if (options_.rollout_metrics)
+      options_.rollout_metrics->forget(platform::ModelRef{req.namespace_, req.name, ""});
     return reconcile::Action::await_change();
   }
   for (int attempt = 0; attempt <= options_.max_conflict_retries; ++attempt) {
@@ -88,7 +122,7 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
     if (in->meta.deletion_timestamp) return reconcile::Action::await_change();
     INFERGATE_ASSIGN_OR_RETURN(Observed ob, observe(*in));
     PlanContext ctx{clock_.wall_now(), options_.images, platform_.layout(), options_.trust_recheck};
-    Plan p = plan_steady_state(*in, ob, ctx);
+    Plan p = plan_model(*in, ob, ctx);
     const platform::ModelRef ref = model_ref(in->meta);
     if (Status done = execute(ref, p); !done.ok()) {
       if (transient(done.error())) return std::move(done).error();
@@ -123,6 +157,15 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
       }
     }
     for (const auto& e : p.events) events_.emit(ref, e);
+    if (options_.rollout_metrics) {
+      for (const auto& m : p.rollout_events) options_.rollout_metrics->record(ref, m);
+      if (p.version_drift) options_.rollout_metrics->set_version_drift(ref, *p.version_drift);
+    }
+    for (const auto& e : p.events) {
+      if (e.type == platform::EventRecord::Type::kWarning || e.reason == "StageStarted" ||
+          e.reason == "Promoted")
+        log::info("rollout", {{"model", req.key()}, {"reason", e.reason}, {"message", e.message}});
+    }
     return p.next;
   }
   return Error(ErrorCode::kConflict, "status of " + req.key() + " kept conflicting; retrying later",

@@ -170,7 +170,8 @@ PodVerdicts verification_from_pods(const platform::WorkloadState& workload, cons
   return out;
 }
 
-Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanContext& ctx) {
+Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanContext& ctx,
+                       const StableTarget* target) {
   Plan plan;
   api::InferenceModelStatus& st = plan.status;
   st = in.status;
@@ -203,8 +204,9 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
     return finish();
   }
-  const api::PodConfig pc = api::pod_config(spec);
-  auto rendered = render_workload(name, pc, api::Track::kStable, spec.replicas, ctx);
+  const api::PodConfig pc = target ? target->config : api::pod_config(spec);
+  auto rendered =
+      render_workload(name, pc, api::Track::kStable, target ? target->replicas : spec.replicas, ctx);
   if (!rendered.ok()) {
     std::string reason = rendered.error().reason().empty() ? "InvalidSpec" : rendered.error().reason();
     blocked(plan, in, reason, rendered.error().message(), ctx);
@@ -229,7 +231,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   const bool need_apply =
       !ob.stable.exists || ob.stable.template_hash != hash || ob.stable.replicas != wl.replicas;
   if (need_apply) {
-    plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, ""});
+    plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, "", {}});
     std::string what = "revision " + wl.revision + " (" + wl.summary + ")";
     if (!ob.stable.exists) {
       plan.events.push_back(
@@ -246,7 +248,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   }
   const platform::EndpointSpec ep = render_endpoint(name);
   if (!ob.endpoint.exists || ob.endpoint.hash != ep.hash()) {
-    plan.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, ep, ""});
+    plan.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, ep, "", {}});
   }
 
   const int32_t desired = wl.replicas;

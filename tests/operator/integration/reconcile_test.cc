@@ -78,6 +78,7 @@ TEST_F(Reconcile, ReconcilingAnUnchangedModelAHundredTimesWritesNothing) {
   }();
 }
 
+// A spec change reaches stable through a canary stage (the rollout's own tests cover the gates).
 TEST_F(Reconcile, ASpecChangeRollsTheWorkloadAndMovesStable) {
   start_operator();
   server_->create(kModels, model_json("glm"));
@@ -86,6 +87,7 @@ TEST_F(Reconcile, ASpecChangeRollsTheWorkloadAndMovesStable) {
   std::string old_rev = get_model("glm")["status"]["stable"]["revision"];
   Json m = get_model("glm");
   m["spec"]["serving"]["kvCacheDtype"] = "fp8";
+  m["spec"]["rollout"]["canary"]["analysisSeconds"] = 0;  // a KV stage with no gates: promote once ready
   ASSERT_EQ(server_->update(kModels + "/glm", m).status, 200);
   ASSERT_TRUE(eventually([&] {
     Json st = get_model("glm")["status"];
@@ -93,7 +95,10 @@ TEST_F(Reconcile, ASpecChangeRollsTheWorkloadAndMovesStable) {
   }));
   Json st = get_model("glm")["status"];
   EXPECT_NE(st["stable"]["revision"], old_rev);
-  EXPECT_EQ(st["history"].size(), 2u);
+  ASSERT_EQ(st["history"].size(), 2u);
+  EXPECT_EQ(st["history"][1]["outcome"], "Promoted");
+  EXPECT_EQ(st["history"][1]["stage"], "kvCache");
+  EXPECT_EQ(server_->get(kDeploys + "/glm-canary").status, 404);
   Json d = server_->get(kDeploys + "/glm").body;
   const Json& args = d["spec"]["template"]["spec"]["containers"][0]["args"];
   EXPECT_NE(std::find(args.begin(), args.end(), "fp8"), args.end());

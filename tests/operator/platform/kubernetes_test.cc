@@ -225,3 +225,83 @@ TEST(CacheTrimming, KeepsWhatThePlatformReadsAndDropsTheRest) {
 
 }  // namespace
 }  // namespace infergate::op::platform
+
+namespace infergate::op::platform {
+namespace {
+
+JobSpec eval_job() {
+  JobSpec j;
+  j.name = "glm-q-abc";
+  j.labels = {{"serving.infergate.dev/model", "glm"}, {"app.kubernetes.io/managed-by", "infergate-operator"}};
+  j.container.image = "infergate/runtime:0.1.0";
+  j.container.command = {"infergate-runtime"};
+  j.container.args = {"eval", "--baseline", "http://glm-stable", "--candidate", "http://glm-canary"};
+  j.deadline_seconds = 900;
+  return j;
+}
+
+TEST(RenderJob, RunsOnceUnderTheDeadlineRestrictedAndReportsThroughTheTerminationMessage) {
+  Json j = render_job(ModelRef{"models", "glm", "u-1"}, eval_job());
+  EXPECT_EQ(j["kind"], "Job");
+  EXPECT_EQ(j["spec"]["backoffLimit"], 0);
+  EXPECT_EQ(j["spec"]["activeDeadlineSeconds"], 900);
+  EXPECT_EQ(j["metadata"]["ownerReferences"][0]["uid"], "u-1");
+  const Json& pod = j["spec"]["template"];
+  EXPECT_EQ(pod["metadata"]["labels"]["serving.infergate.dev/job"], "glm-q-abc");
+  EXPECT_EQ(pod["metadata"]["labels"]["serving.infergate.dev/model"], "glm");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["terminationMessagePolicy"], "File");
+  EXPECT_EQ(c["securityContext"]["readOnlyRootFilesystem"], true);
+  EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(c["args"][0], "eval");
+}
+
+Json job_with(const Json& status) {
+  Json j = render_job(ModelRef{"models", "glm", "u-1"}, eval_job());
+  j["status"] = status;
+  return j;
+}
+
+Json job_pod(const Json& state) {
+  return {{"metadata", {{"name", "glm-q-abc-x"}}},
+          {"status", {{"containerStatuses", Json::array({{{"name", "check"}, {"state", state}}})}}}};
+}
+
+TEST(JobState, ReadsTheResultFromTheTerminatedContainer) {
+  Json pod =
+      job_pod({{"terminated", {{"exitCode", 1}, {"reason", "Error"}, {"message", "{\"passed\":false}"}}}});
+  JobState s = job_state(
+      job_with(
+          {{"conditions",
+            Json::array({{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}})}}),
+      {&pod});
+  EXPECT_TRUE(s.exists);
+  EXPECT_EQ(s.phase, JobState::Phase::kFailed);
+  EXPECT_TRUE(s.terminated);
+  EXPECT_EQ(s.exit_code, 1);
+  EXPECT_EQ(s.termination_message, "{\"passed\":false}");
+  EXPECT_EQ(s.hash, eval_job().hash());
+}
+
+TEST(JobState, ReportsAnImageThatCannotBePulled) {
+  Json pod = job_pod({{"waiting", {{"reason", "ImagePullBackOff"}, {"message", "Back-off pulling image"}}}});
+  JobState s = job_state(job_with({{"active", 1}}), {&pod});
+  EXPECT_EQ(s.phase, JobState::Phase::kRunning);
+  EXPECT_FALSE(s.terminated);
+  EXPECT_EQ(s.reason, "ImagePullBackOff");
+}
+
+TEST(JobState, ADeadlineWithoutAResultIsAFailureWithItsReason) {
+  JobState s = job_state(
+      job_with({{"conditions",
+                 Json::array({{{"type", "Failed"}, {"status", "True"}, {"reason", "DeadlineExceeded"}}})}}),
+      {});
+  EXPECT_EQ(s.phase, JobState::Phase::kFailed);
+  EXPECT_FALSE(s.terminated);
+  EXPECT_EQ(s.reason, "DeadlineExceeded");
+}
+
+}  // namespace
+}  // namespace infergate::op::platform

@@ -25,6 +25,12 @@ namespace annotations {
 // Hash of the rendered workload: equal hashes mean nothing to write.
 inline constexpr std::string_view kTemplateHash = "serving.infergate.dev/template-hash";
 inline constexpr std::string_view kRevision = "serving.infergate.dev/revision";
+// Manual control of a rollout, set by people on the InferenceModel (docs/rollout.md):
+inline constexpr std::string_view kPaused = "serving.infergate.dev/paused";  // "true": hold
+inline constexpr std::string_view kPromote =
+    "serving.infergate.dev/promote";                                       // <stage revision>: promote now
+inline constexpr std::string_view kAbort = "serving.infergate.dev/abort";  // <new token>: roll back, halt
+inline constexpr std::string_view kRetry = "serving.infergate.dev/retry";  // <new token>: start again
 }  // namespace annotations
 
 // Which Deployment of a model: the one serving (stable) or the one under test (canary).

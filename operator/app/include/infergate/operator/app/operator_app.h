@@ -3,6 +3,8 @@
 // OperatorApp directly against the fake API server.
 #pragma once
 
+#include "infergate/operator/controllers/rollout_metrics.h"
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <memory>
@@ -74,6 +76,7 @@ class OperatorApp {
   std::unique_ptr<platform::KubernetesModelStore> models_;
   std::unique_ptr<platform::KubernetesEventRecorder> events_;
   std::unique_ptr<controllers::NoCapacityCheck> capacity_;
+  std::unique_ptr<controllers::RolloutMetrics> rollout_metrics_;
   std::unique_ptr<controllers::InferenceModelReconciler> reconciler_;
 };
 

@@ -1,5 +1,7 @@
-// The InferenceModel reconciler: reads the model, observes the platform, asks the pure plan what to
-// do, does it, writes status only when it changed, and records the events the plan names.
+// The InferenceModel reconciler: reads the model, observes the platform (stable, canary, the eval job,
+// the performance measurements of a running stage), asks the pure plan (plan_model: the staged
+// rollout around the steady state) what to do, does it, writes status only when it changed, and
+// records the events and rollout metrics the plan names.
 //
 // Guarantees: reconciling an unchanged model writes nothing (no workload, endpoint or status write,
 // no event); a status write that loses a race (409) re-reads the model and re-plans against the fresh
@@ -12,6 +14,9 @@
 
 #include "infergate/common/clock.h"
 #include "infergate/operator/controllers/capacity.h"
+#include "infergate/operator/controllers/performance_analyzer.h"
+#include "infergate/operator/controllers/rollout_metrics.h"
+#include "infergate/operator/controllers/rollout_plan.h"
 #include "infergate/operator/controllers/steady_state.h"
 #include "infergate/operator/platform/platform.h"
 #include "infergate/operator/reconcile/reconciler.h"
@@ -22,6 +27,8 @@ struct ControllerOptions {
   api::Images images;
   int max_conflict_retries = 3;
   std::chrono::nanoseconds trust_recheck = kTrustRecheck;
+  RolloutMetrics* rollout_metrics = nullptr;       // where rollout outcomes are counted
+  std::chrono::milliseconds scrape_timeout{3000};  // one /metrics or Prometheus request
 };
 
 class InferenceModelReconciler final : public reconcile::Reconciler {
@@ -45,6 +52,7 @@ class InferenceModelReconciler final : public reconcile::Reconciler {
   CapacityChecker& capacity_;
   Clock& clock_;
   ControllerOptions options_;
+  PerformanceAnalyzer analyzer_;
 };
 
 }  // namespace infergate::op::controllers

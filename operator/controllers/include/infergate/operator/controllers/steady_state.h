@@ -15,6 +15,7 @@
 #include "infergate/operator/controllers/capacity.h"
 #include "infergate/operator/platform/platform.h"
 #include "infergate/operator/reconcile/reconciler.h"
+#include "infergate/operator/rollout/gates.h"
 
 namespace infergate::op::controllers {
 
@@ -34,14 +35,35 @@ struct Observed {
   platform::WorkloadState stable;
   platform::EndpointState endpoint;
   std::optional<CapacityVerdict> capacity;
+  // The rollout's view (empty when no stage runs).
+  platform::WorkloadState canary;
+  platform::EndpointState stable_endpoint;          // "<model>-stable": the eval job's baseline
+  platform::EndpointState canary_endpoint;          // "<model>-canary": its candidate
+  std::optional<platform::JobState> quality_job;    // the running stage's eval job
+  std::optional<rollout::GateVerdict> performance;  // measured once the analysis window is over
+  std::optional<CapacityVerdict> stage_capacity;    // the next stage's configuration, re-planned
 };
 
 struct PlannedAction {
-  enum class Kind { kApplyWorkload, kApplyEndpoint, kDeleteWorkload };
+  enum class Kind { kApplyWorkload, kApplyEndpoint, kDeleteWorkload, kApplyJob, kDeleteJob };
   Kind kind;
   platform::WorkloadSpec workload;  // kApplyWorkload
   platform::EndpointSpec endpoint;  // kApplyEndpoint
-  std::string name;                 // kDeleteWorkload
+  std::string name;                 // kDeleteWorkload, kDeleteJob
+  platform::JobSpec job;            // kApplyJob
+};
+
+// What the rollout reports to metrics (the plan stays pure; the controller records these once the
+// status that goes with them is written).
+struct RolloutEvent {
+  enum class Kind { kStageFinished, kRolloutFinished, kRollbackDuration, kVerificationFailure };
+  Kind kind;
+  std::string stage;  // kStageFinished
+  std::string
+      outcome;  // kStageFinished, kRolloutFinished: Promoted, RolledBack, Aborted, Superseded, Completed
+  std::string reason;  // kVerificationFailure
+  double seconds = 0;  // kRollbackDuration
+  bool operator==(const RolloutEvent&) const = default;
 };
 
 struct Plan {
@@ -49,6 +71,16 @@ struct Plan {
   api::InferenceModelStatus status;
   std::vector<platform::EventRecord> events;
   reconcile::Action next = reconcile::Action::await_change();
+  std::vector<RolloutEvent> rollout_events;
+  // Stable pods whose verified release digest is not status.stable's (nullopt: not known).
+  std::optional<int> version_drift;
+};
+
+// What the stable workload should run, when it is not simply the spec (a rollout holds it at the
+// last promoted configuration, or scales it down for a canary that does not surge).
+struct StableTarget {
+  api::PodConfig config;
+  int32_t replicas = 1;
 };
 
 // The parsed model, or why its spec cannot be served (reason word + message).
@@ -83,6 +115,8 @@ PodVerdicts verification_from_pods(const platform::WorkloadState& workload, cons
 // The steady state: one Deployment-like workload serving the spec, a Service in front, status per the
 // API conventions. Spec changes are applied to the stable workload directly (a rolling update that
 // never drops below the serving replicas); staged canaries build on this in the rollout controller.
-Plan plan_steady_state(const ModelInput& model, const Observed& observed, const PlanContext& ctx);
+// With `target`, the stable workload runs target->config with target->replicas instead of the spec.
+Plan plan_steady_state(const ModelInput& model, const Observed& observed, const PlanContext& ctx,
+                       const StableTarget* target = nullptr);
 
 }  // namespace infergate::op::controllers
