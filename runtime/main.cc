@@ -19,7 +19,14 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(command.name, command.description);
     actions[sub] = command.setup(*sub);
   }
-  CLI11_PARSE(app, argc, argv);
+  // A command line we cannot parse is a usage error: exit 2, whatever CLI11's own code for it (scripts
+  // and the eval Job's contract rely on 2); --help and --version exit 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   log::Level level;
   log::Format format;
   if (log::parse_level(log_level, &level)) log::set_level(level);
