@@ -71,7 +71,7 @@ mkdir -p "$MANIFESTS" "$ARTIFACTS" "$KEYS" "$DEMO_DIR/publisher"
 # ---------------------------------------------------------------------------------------------
 step "1. A test model with outlier key channels (Llama layout, fp16)"
 run "$RUNTIME" make-test-model --out "$DEMO_DIR/publisher/fp16" --arch llama --layers 2 --hidden 128 \
-  --heads 4 --kv-heads 2 --vocab 512 --outlier-channels 4 --seed 7 --max-position 1024
+  --heads 4 --kv-heads 2 --vocab 512 --outlier-channels 4 --seed 7 --max-position 8192
 ls -l "$DEMO_DIR/publisher/fp16"
 
 step "2. Publish and sign the fp16 release (version 1)"
@@ -105,13 +105,13 @@ spec:
   serving:
     weightFormat: $2
     kvCacheDtype: $3
-    maxContextLength: 512
+    maxContextLength: 8192
     maxConcurrency: 4
   rollout:
     stageOrder: [weights, kvCache, capacity]
     canary: {replicas: 1, analysisSeconds: 15}
     gates:
-      quality: {suite: default, minTop1Agreement: 0.9, maxMeanKL: 0.05, timeoutSeconds: 300}
+      quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: 0.01, timeoutSeconds: 600}
       performance: {maxTTFTP95Ratio: 5.0, maxTPOTP95Ratio: 5.0, maxErrorRate: 0.05}
     autoRollback: true
 EOF

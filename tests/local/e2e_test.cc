@@ -39,6 +39,21 @@ bool eventually(F cond, std::chrono::milliseconds timeout) {
   return cond();
 }
 
+// The eval tests' small suite: a few prompts of each kind, short generations, a 60-word needle.
+constexpr const char* kSuite = R"({
+  "name": "tiny", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
+  "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields.",
+  "tasks": [
+    {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks and cut losses. Summary:"},
+    {"id": "code-1", "kind": "code", "prompt": "def add(a, b):\n    return"},
+    {"id": "chat-1", "kind": "chat", "messages": [{"role": "user", "content": "Hello there."},
+      {"role": "assistant", "content": "Hi! How can I help?"}, {"role": "user", "content": "Name a colour."}]},
+    {"id": "needle", "kind": "needle", "max_tokens": 6, "haystack": "The bus came at seven. The baker lit the oven.",
+     "needle": "The gate code is 7341.", "question": "What is the gate code?", "answer": "7341",
+     "context_words": [60], "depths": [0.2, 0.8]},
+    {"id": "json-1", "kind": "json", "required_keys": ["name"], "prompt": "Give a JSON object with a name.\nJSON: {"}
+  ]})";
+
 bool runtime_has(const std::string& command) {
   auto r = run_command({kRuntime, command, "--help"}, 30s);
   return r.ok() && r->status.success();
@@ -87,6 +102,7 @@ class LocalE2E : public ::testing::Test {
     fs::create_directories(state() / "keys" / "model-signing-key");
     const fs::path pub = root_.path() / "publisher";
     fs::create_directories(pub);
+    // The eval tests' model: outlier key channels that per-token int4 keys cannot hold.
     must({kRuntime,
           "make-test-model",
           "--out",
@@ -96,19 +112,22 @@ class LocalE2E : public ::testing::Test {
           "--layers",
           "2",
           "--hidden",
-          "64",
+          "128",
           "--heads",
           "4",
           "--kv-heads",
           "2",
           "--vocab",
-          "300",
+          "512",
           "--outlier-channels",
-          "2",
+          "4",
           "--seed",
           "11",
           "--max-position",
-          "512"});
+          "1024"});
+    // A small quality suite (spec.rollout.gates.quality.suite takes a name or a file), so that a
+    // stage's check takes seconds.
+    ASSERT_TRUE(write_file_atomic(suite(), kSuite).ok());
     must({kAgent, "keygen", "--out", (pub / "release").string()});
     fs::copy_file(pub / "release.pub.pem", state() / "keys" / "model-signing-key" / "release.pub.pem");
     fs::copy(pub / "fp16", artifacts_ / "fp16", fs::copy_options::recursive);
@@ -118,6 +137,7 @@ class LocalE2E : public ::testing::Test {
 
   fs::path manifests() const { return root_.path() / "manifests"; }
   fs::path state() const { return root_.path() / "state"; }
+  fs::path suite() const { return root_.path() / "suite.json"; }
 
   void publish(const std::string& dir, int version) {
     must({kAgent, "manifest", (artifacts_ / dir).string()});
@@ -144,9 +164,10 @@ class LocalE2E : public ::testing::Test {
         "\n    trust: {publicKeySecretRef: {name: model-signing-key}, expectName: tiny}\n"
         "  serving: {weightFormat: " +
         weights + ", kvCacheDtype: " + kv +
-        ", maxContextLength: 256, maxConcurrency: 4}\n"
+        ", maxContextLength: 1024, maxConcurrency: 4}\n"
         "  rollout:\n    canary: {replicas: 1, analysisSeconds: 5}\n"
-        "    gates:\n      quality: {minTop1Agreement: 0.9, maxMeanKL: 0.05, timeoutSeconds: 240}\n";
+        "    gates:\n      quality: {suite: " +
+        suite().string() + ", maxMeanKL: 0.01, timeoutSeconds: 240}\n";
     ASSERT_TRUE(write_file_atomic(manifests() / (file.empty() ? name + ".yaml" : file), y).ok());
   }
 
