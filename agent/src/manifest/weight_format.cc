@@ -82,7 +82,8 @@ Result<std::optional<std::string>> detect_weight_format(int root_fd, const Manif
         read_small_file(root_fd, "quantization.json", kMaxMetadataBytes, Reason::kMetadataInvalid));
     auto j = parse_json(text, "quantization.json");
     if (!j.ok() || !j->is_object()) return metadata_invalid("quantization.json", "not a JSON object");
-    auto format = json_string(*j, "format");
+    // "format" (DESIGN.md), or "weight_format" as `infergate-runtime quantize` writes it.
+    auto format = json_string(*j, j->contains("format") ? "format" : "weight_format");
     if (!format.ok()) return metadata_invalid("quantization.json", format.error().message());
     if (!validate_weight_format(*format).ok()) {
       return metadata_invalid("quantization.json", "\"format\" is not a weight format name (a-z 0-9 _)");

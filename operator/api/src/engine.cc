@@ -85,7 +85,8 @@ void append(std::vector<std::string>& to, const std::vector<std::string>& from) 
   to.insert(to.end(), from.begin(), from.end());
 }
 
-Result<EngineCommand> bundled(const PodConfig& c, const Layout& layout, const Images& images) {
+Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const Layout& layout,
+                              const Images& images) {
   if (!c.engine.quantization.empty()) {
     return refuse("UnsupportedQuantization",
                   "spec.engine.quantization: the bundled runtime reads the format from the artifact's "
@@ -96,7 +97,8 @@ Result<EngineCommand> bundled(const PodConfig& c, const Layout& layout, const Im
   }
   INFERGATE_RETURN_IF_ERROR(
       check_extra_args(c, {"--model", "--weight-format", "--kv-cache-dtype", "--max-context-length",
-                           "--max-concurrency", "--verified-manifest", "--host", "--port"}));
+                           "--max-concurrency", "--verified-manifest", "--served-model-name", "--host",
+                           "--port"}));
   EngineCommand e;
   std::string dir = model_dir(c, layout);
   e.port = layout.port > 0 ? layout.port : 8000;
@@ -117,6 +119,8 @@ Result<EngineCommand> bundled(const PodConfig& c, const Layout& layout, const Im
                       std::to_string(c.serving.max_concurrency),
                       "--verified-manifest",
                       dir + "/SHA256SUMS",
+                      "--served-model-name",
+                      std::string(served),
                       "--host",
                       layout.listen_host,
                       "--port",
@@ -304,7 +308,7 @@ Result<EngineCommand> engine_command(const PodConfig& config, std::string_view s
   }
   Result<EngineCommand> out = internal_error("unreachable");
   switch (config.engine.kind) {
-    case EngineKind::kBundled: out = bundled(config, layout, images); break;
+    case EngineKind::kBundled: out = bundled(config, served_name, layout, images); break;
     case EngineKind::kVllm: out = vllm(config, served_name, layout); break;
     case EngineKind::kSglang: out = sglang(config, served_name, layout); break;
     case EngineKind::kLlamacpp: out = llamacpp(config, served_name, layout); break;

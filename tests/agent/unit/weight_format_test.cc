@@ -30,6 +30,13 @@ TEST(DetectWeightFormat, PrefersQuantizationJson) {
   EXPECT_EQ(**f, "int4");
 }
 
+TEST(DetectWeightFormat, ReadsTheWeightFormatFieldThatQuantizeWrites) {
+  auto f = detect({{"quantization.json", R"({"format_version":1,"weight_format":"int8","bits":8})"},
+                   {"model.safetensors", safetensors_bytes("F16", 10, 2)}});
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  EXPECT_EQ(**f, "int8");
+}
+
 TEST(DetectWeightFormat, TakesTheDtypeHoldingMostBytes) {
   auto f = detect({{"a.safetensors", safetensors_bytes("BF16", 1000, 2)},
                    {"b.safetensors", safetensors_bytes("F32", 10, 4)},

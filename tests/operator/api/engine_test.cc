@@ -65,6 +65,8 @@ TEST(BundledEngine, MirrorsTheSpecAndPicksTheCudaImageForGpus) {
   EXPECT_EQ(arg(e->container.args, "--max-concurrency"), "16");
   EXPECT_EQ(arg(e->container.args, "--verified-manifest"), "/models/glm-4-9b/r3/SHA256SUMS");
   EXPECT_EQ(arg(e->container.args, "--port"), "8000");
+  // Clients (and the local router) ask for the model by the InferenceModel's name.
+  EXPECT_EQ(arg(e->container.args, "--served-model-name"), "glm-4-9b");
   EXPECT_EQ(e->readiness_path, "/readyz");
   EXPECT_EQ(e->liveness_path, "/healthz");
   auto cpu = engine_command(config([](Json& j) { j["spec"].erase("resources"); }), "m", Layout{}, Images{});
