@@ -168,9 +168,15 @@ if publish agent verify /work/tiny-llama/r3 --public-key /work/keys/release.pub.
 fi
 load_release tiny-llama/r3
 kubectl -n "$ns" patch im tiny-llama --type merge -p '{"spec":{"artifact":{"path":"tiny-llama/r3","trust":{"minVersion":3}}}}'
-kubectl -n "$ns" wait im/tiny-llama --timeout=10m \
-  --for=jsonpath='{.status.conditions[?(@.type=="Verified")].reason}'=DigestMismatch
-kubectl -n "$ns" get im tiny-llama -o jsonpath='{.status.conditions[?(@.type=="Verified")].message}{"\n"}'
+# A new release is an artifact stage: its canary's init container refuses it, the stage fails at once
+# and is rolled back, and the agent's reason and file are on the model.
+kubectl -n "$ns" wait im/tiny-llama --for=condition=RolledBack --timeout=10m
+conditions=$(kubectl -n "$ns" get im tiny-llama -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}')
+echo "$conditions"
+if ! grep -q DigestMismatch <<<"$conditions"; then
+  echo "kind-e2e: no condition names the DigestMismatch" >&2
+  exit 1
+fi
 stable=$(kubectl -n "$ns" get im tiny-llama -o jsonpath='{.status.stable.artifactPath}')
 if [ "$stable" != tiny-llama/r2 ]; then
   echo "kind-e2e: stable moved to '$stable' after a refused release" >&2
