@@ -27,7 +27,7 @@ VARIANTS = {
     "leader-one-replica": {"leaderElection": {"enabled": True}},
     "one-namespace": {"watchNamespace": "models"},
     "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
-                   "prometheusRule": {"enabled": True}},
+                   "podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "custom-images": {
         "image": {"repository": "registry.example.com:5000/infergate/operator", "tag": "1.2.3"},
         "images": {"agent": {"repository": "registry.example.com/ig/agent", "digest": DIGEST},
@@ -157,6 +157,18 @@ class ChartRenders(unittest.TestCase):
             self.assertEqual(svc["metadata"]["labels"].get(k), v, f"ServiceMonitor selects {k}={v}")
         self.assertEqual(sm["spec"]["namespaceSelector"]["matchNames"], [NAMESPACE])
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"])
+
+    def test_pod_monitor_scrapes_serving_pods_with_model_and_track_labels(self):
+        self.assertFalse(by_kind(rendered("default"), "PodMonitor"))
+        pm = one(rendered("monitoring"), "PodMonitor")
+        self.assertEqual(pm["spec"]["namespaceSelector"], {"any": True})
+        keys = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
+        self.assertEqual(keys["serving.infergate.dev/track"]["values"], ["stable", "canary"])
+        ep = pm["spec"]["podMetricsEndpoints"][0]
+        self.assertEqual((ep["port"], ep["path"]), ("http", "/metrics"))
+        self.assertEqual({r["targetLabel"] for r in ep["relabelings"]}, {"model", "track"})
+        scoped = one(render(HELM, {"watchNamespace": "models", "podMonitor": {"enabled": True}}), "PodMonitor")
+        self.assertEqual(scoped["spec"]["namespaceSelector"], {"matchNames": ["models"]})
 
     def test_prometheus_rule_carries_the_alerts_file_verbatim(self):
         rule = one(rendered("monitoring"), "PrometheusRule")
