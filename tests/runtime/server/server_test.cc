@@ -298,6 +298,10 @@ TEST(ServerLimits, AClientThatDisconnectsMidStreamIsCancelledAndItsBlocksFreed) 
     ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
                        std::to_string(body.size()) + "\r\n\r\n" + body));
     ASSERT_NE(c.read_until("data: {", 30000).find("data: {"), std::string::npos);
+    // The stats are published after each step: wait for the step that sent the chunk to show.
+    for (int i = 0; i < 2000 && s->scheduler().stats().blocks_used == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ASSERT_GT(s->scheduler().stats().blocks_used, 0);
   }
   for (int i = 0;

@@ -17,24 +17,30 @@
 
 namespace infergate::runtime::server::testing {
 
+namespace {
+// Heap-held and never destroyed, so that the exit handler can still read it after static destructors ran.
+const std::filesystem::path* g_model_root = nullptr;
+void remove_model_root() {
+  std::error_code ec;
+  if (g_model_root) std::filesystem::remove_all(*g_model_root, ec);
+}
+}  // namespace
+
 const std::filesystem::path& tiny_model() {
-  static std::filesystem::path dir = [] {
+  static const std::filesystem::path* dir = [] {
     auto tmp = TempDir::create("server-test-model");
     EXPECT_TRUE(tmp.ok());
-    std::filesystem::path root = tmp->release();
-    std::filesystem::path p = root / "tiny";
+    g_model_root = new std::filesystem::path(tmp->release());
+    std::atexit(remove_model_root);
+    auto* p = new std::filesystem::path(*g_model_root / "tiny");
     model::TestModelOptions o;
-    o.out = p;
+    o.out = *p;
     o.seed = 3;
     Status s = model::make_test_model(o);
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().to_string());
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(tiny_model().parent_path(), ec);
-    });
     return p;
   }();
-  return dir;
+  return *dir;
 }
 
 ServeOptions tiny_options() {
