@@ -184,6 +184,17 @@ Result<Completion> parse_completion_response(std::string_view body, int32_t k) {
           return bad_response("logprobs.top_logprobs[" + std::to_string(i) + "] value not a number");
         g.top.push_back({text, v.get<double>()});
       }
+      // Two tokens whose texts are the same once invalid UTF-8 is replaced can arrive as one key twice
+      // (the parser keeps the last). The chosen token is the greedy choice: its own logprob is the
+      // right one for its text.
+      bool chosen_listed = false;
+      for (auto& alt : g.top) {
+        if (alt.text == g.text) {
+          alt.logprob = std::max(alt.logprob, g.logprob);
+          chosen_listed = true;
+        }
+      }
+      if (!chosen_listed) g.top.push_back({g.text, g.logprob});
       // A JSON object has no order: most likely first, ties by text, as the engine orders them.
       std::sort(g.top.begin(), g.top.end(), [](const TopToken& a, const TopToken& b) {
         return a.logprob != b.logprob ? a.logprob > b.logprob : a.text < b.text;

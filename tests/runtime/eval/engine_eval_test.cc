@@ -18,28 +18,13 @@ namespace {
 
 using engine::KvCacheDtype;
 
-// A small suite: a few prompts of each kind, short generations.
-constexpr const char* kSuite = R"({
-  "name": "tiny", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
-  "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields and the only sound was the water running over the stones.",
-  "tasks": [
-    {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks, cut losses to 18 percent and raised tariffs. Summary:"},
-    {"id": "code-1", "kind": "code", "prompt": "def add(a, b):\n    return"},
-    {"id": "chat-1", "kind": "chat", "messages": [{"role": "user", "content": "Hello there."},
-      {"role": "assistant", "content": "Hi! How can I help?"}, {"role": "user", "content": "Name a colour."}]},
-    {"id": "needle", "kind": "needle", "max_tokens": 6, "haystack": "The bus came at seven. The baker lit the oven. Rain fell in the evening.",
-     "needle": "The gate code is 7341.", "question": "What is the gate code?", "answer": "7341",
-     "context_words": [60], "depths": [0.2, 0.8]},
-    {"id": "json-1", "kind": "json", "required_keys": ["name"], "prompt": "Give a JSON object with a name.\nJSON: {"}
-  ]})";
-
 class EvalOnModels : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir(testing::temp_dir());
     model_ = testing::make_tiny_model(dir_->path() / "outlier", 4);
     suite_path_ = dir_->path() / "tiny.json";
-    ASSERT_TRUE(write_file_atomic(suite_path_, kSuite).ok());
+    ASSERT_TRUE(write_file_atomic(suite_path_, testing::kTinySuite).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -53,7 +38,7 @@ class EvalOnModels : public ::testing::Test {
     return t.ok() ? std::move(*t) : nullptr;
   }
   static Suite suite() {
-    auto s = parse_suite(kSuite, "tiny");
+    auto s = parse_suite(testing::kTinySuite, "tiny");
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().to_string());
     return *s;
   }
@@ -72,8 +57,9 @@ class EvalOnModels : public ::testing::Test {
 TempDir* EvalOnModels::dir_ = nullptr;
 std::filesystem::path EvalOnModels::model_, EvalOnModels::suite_path_;
 
-// The KL bound the tests gate on: int8 KV sits far below it, per-token int4 keys far above.
-constexpr double kMaxKl = 0.01;
+// The KL bound the tests gate on (docs/quant-formats.md's bound for int8 KV): int8 KV sits far below
+// it, per-token int4 keys above it.
+constexpr double kMaxKl = 0.001;
 
 TEST_F(EvalOnModels, PerTokenInt4KeysFailAKlThresholdThatInt8KvPasses) {
   auto base = open(KvCacheDtype::kF16);

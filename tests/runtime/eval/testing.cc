@@ -16,6 +16,20 @@
 
 namespace infergate::runtime::eval::testing {
 
+const char* const kTinySuite = R"({
+  "name": "tiny", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
+  "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields and the only sound was the water running over the stones.",
+  "tasks": [
+    {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks, cut losses to 18 percent and raised tariffs. Summary:"},
+    {"id": "code-1", "kind": "code", "prompt": "def add(a, b):\n    return"},
+    {"id": "chat-1", "kind": "chat", "messages": [{"role": "user", "content": "Hello there."},
+      {"role": "assistant", "content": "Hi! How can I help?"}, {"role": "user", "content": "Name a colour."}]},
+    {"id": "needle", "kind": "needle", "max_tokens": 6, "haystack": "The bus came at seven. The baker lit the oven. Rain fell in the evening.",
+     "needle": "The gate code is 7341.", "question": "What is the gate code?", "answer": "7341",
+     "context_words": [60], "depths": [0.2, 0.8]},
+    {"id": "json-1", "kind": "json", "required_keys": ["name"], "prompt": "Give a JSON object with a name.\nJSON: {"}
+  ]})";
+
 TempDir temp_dir() {
   auto d = TempDir::create("infergate-eval-test");
   EXPECT_TRUE(d.ok());

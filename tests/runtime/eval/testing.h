@@ -17,6 +17,10 @@ namespace infergate::runtime::eval::testing {
 
 TempDir temp_dir();
 
+// A small suite named "tiny": a few prompts of each kind (some longer than the engine's recent window,
+// so KV quantization shows), short generations, a 60-word needle at two depths.
+extern const char* const kTinySuite;
+
 // A generated llama model (2 layers, hidden 128, 4 heads, 2 KV heads, vocab 512, f16) with
 // `outlier_channels` large key channels per KV head; written once per path.
 std::filesystem::path make_tiny_model(const std::filesystem::path& dir, int64_t outlier_channels,
