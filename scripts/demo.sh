@@ -86,7 +86,8 @@ run "$RUNTIME" quantize --model "$ARTIFACTS/fp16" --out "$ARTIFACTS/int8" --weig
 rm -f "$ARTIFACTS/int8/SHA256SUMS" "$ARTIFACTS/int8/release.dsse.json"   # the fp16 release's, if copied
 run "$AGENT" manifest "$ARTIFACTS/int8"
 run "$AGENT" sign "$ARTIFACTS/int8" --key "$DEMO_DIR/publisher/release.key" --name $MODEL --version 2 --expires 30d
-run "$AGENT" verify "$ARTIFACTS/int8" --public-key "$KEYS/release.pub.pem" --expect-name $MODEL --min-version 1 \
+echo "\$ $AGENT verify $ARTIFACTS/int8 --public-key $KEYS/release.pub.pem --expect-name $MODEL --min-version 1"
+"$AGENT" verify "$ARTIFACTS/int8" --public-key "$KEYS/release.pub.pem" --expect-name $MODEL --min-version 1 \
   | $PY -c 'import json,sys; r=json.load(sys.stdin); print("verified:", r.get("reason"), r.get("releaseDigest"))'
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ EOF
   echo "--- $MANIFESTS/$MODEL.yaml: artifact.path=$1 weightFormat=$2 kvCacheDtype=$3"
 }
 
-status_json() { "$OPERATOR" local get $MODEL --state "$STATE" -o json 2>/dev/null || echo '{}'; }
+status_json() { "$OPERATOR" local get models $MODEL --state "$STATE" -o json 2>/dev/null || echo "{}"; }
 
 # Follows the rollout: prints each change of stage, phase and gate result as the operator writes it,
 # until the Python condition on the status holds (or the timeout). `s` is status, `h` its history.
