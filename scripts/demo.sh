@@ -113,7 +113,9 @@ spec:
     canary: {replicas: 1, analysisSeconds: 15}
     gates:
       quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: 0.01, timeoutSeconds: 600}
-      performance: {maxTTFTP95Ratio: 5.0, maxTPOTP95Ratio: 5.0, maxErrorRate: 0.05}
+      # Loose on purpose: on a shared 2-core machine the two tracks' latencies vary several-fold from
+      # load alone; the gate still measures and reports both, and any error rate above 5% fails it.
+      performance: {maxTTFTP95Ratio: 25.0, maxTPOTP95Ratio: 25.0, maxErrorRate: 0.05}
     autoRollback: true
 EOF
   mv "$MANIFESTS/$MODEL.yaml.tmp" "$MANIFESTS/$MODEL.yaml"   # the operator sees whole files only

@@ -228,9 +228,16 @@ Status LocalOperator::run() {
 
   MonoTime last_resync = clock.mono_now();
   std::string last_errors, last_pods;
+  // The directory is scanned every scan_period; the tables' sources are refreshed more often, so
+  // that `local get pods` is never more than a moment behind the pods.
+  const auto tick = std::min<std::chrono::milliseconds>(options_.scan_period, std::chrono::milliseconds(200));
+  MonoTime last_scan{};
   for (;;) {
-    for (const auto& k : models_->scan()) im.controller->enqueue(k);
     const MonoTime now = clock.mono_now();
+    if (last_scan == MonoTime{} || now - last_scan >= options_.scan_period) {
+      last_scan = now;
+      for (const auto& k : models_->scan()) im.controller->enqueue(k);
+    }
     if (now - last_resync >= options_.resync_period) {
       last_resync = now;
       for (const auto& k : models_->keys()) im.controller->enqueue(k);
@@ -263,7 +270,7 @@ Status LocalOperator::run() {
       last_pods = ptext;
     }
     std::unique_lock lock(im.mu);
-    if (im.cv.wait_for(lock, options_.scan_period, [&] { return im.stop; })) break;
+    if (im.cv.wait_for(lock, tick, [&] { return im.stop; })) break;
   }
   log::info("stopping: every pod gets SIGTERM, then SIGKILL after the grace period",
             {{"grace_seconds", static_cast<double>(options_.grace.count()) / 1000.0}});
