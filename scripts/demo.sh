@@ -181,14 +181,22 @@ on_exit() {
   [ -n "$TRAFFIC_PID" ] && kill "$TRAFFIC_PID" 2>/dev/null
   if [ $DONE != 1 ]; then
     echo "demo: stopped early; the operator's log is $DEMO_DIR/operator.log" >&2
-    kill -TERM $OP_PID 2>/dev/null && wait $OP_PID 2>/dev/null
+    stop_operator
   fi
   return 0
+}
+# SIGTERM (the operator stops its pods: SIGTERM, SIGKILL after the grace period), then wait for it.
+stop_operator() {
+  kill -TERM $OP_PID 2>/dev/null || return 0
+  for _ in $(seq 150); do kill -0 $OP_PID 2>/dev/null || return 0; sleep 0.2; done
+  echo "demo: the operator did not stop within 30 s; killing it" >&2
+  kill -KILL $OP_PID 2>/dev/null || true
 }
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq 50); do [ -f "$STATE/router.json" ] && break; sleep 0.2; done
 kill -0 $OP_PID 2>/dev/null || { cat "$DEMO_DIR/operator.log" >&2; die "the operator did not start"; }
+OP_PID=$(cat "$STATE/lock")   # the operator's own pid (it writes it into its lock file)
 write_model fp16 fp16 fp16
 follow "the fp16 model to serve" \
   "(s.get('stable') or {}).get('summary','').startswith('fp16/fp16') and any(c.get('type')=='Ready' and c.get('status')=='True' for c in s.get('conditions',[]))"
@@ -266,8 +274,7 @@ echo "  $(eval "$CURL" | head -c 400)"
 echo
 DONE=1
 if [ "${DEMO_STOP:-0}" = 1 ]; then
-  kill -TERM $OP_PID
-  wait $OP_PID || true
+  stop_operator
   echo "operator stopped"
 else
   echo "The operator (pid $OP_PID) keeps running; its log is $DEMO_DIR/operator.log."
