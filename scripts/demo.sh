@@ -86,7 +86,8 @@ run "$RUNTIME" quantize --model "$ARTIFACTS/fp16" --out "$ARTIFACTS/int8" --weig
 rm -f "$ARTIFACTS/int8/SHA256SUMS" "$ARTIFACTS/int8/release.dsse.json"   # the fp16 release's, if copied
 run "$AGENT" manifest "$ARTIFACTS/int8"
 run "$AGENT" sign "$ARTIFACTS/int8" --key "$DEMO_DIR/publisher/release.key" --name $MODEL --version 2 --expires 30d
-run "$AGENT" verify "$ARTIFACTS/int8" --public-key "$KEYS/release.pub.pem" --expect-name $MODEL --min-version 1 \
+echo "\$ $AGENT verify $ARTIFACTS/int8 --public-key $KEYS/release.pub.pem --expect-name $MODEL --min-version 1"
+"$AGENT" verify "$ARTIFACTS/int8" --public-key "$KEYS/release.pub.pem" --expect-name $MODEL --min-version 1 \
   | $PY -c 'import json,sys; r=json.load(sys.stdin); print("verified:", r.get("reason"), r.get("releaseDigest"))'
 
 # ---------------------------------------------------------------------------------------------
@@ -111,15 +112,17 @@ spec:
     stageOrder: [weights, kvCache, capacity]
     canary: {replicas: 1, analysisSeconds: 15}
     gates:
-      quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: 0.01, timeoutSeconds: 600}
-      performance: {maxTTFTP95Ratio: 5.0, maxTPOTP95Ratio: 5.0, maxErrorRate: 0.05}
+      quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: 0.015, timeoutSeconds: 600}
+      # Loose on purpose: on a shared 2-core machine the two tracks' latencies vary several-fold from
+      # load alone; the gate still measures and reports both, and any error rate above 5% fails it.
+      performance: {maxTTFTP95Ratio: 25.0, maxTPOTP95Ratio: 25.0, maxErrorRate: 0.05}
     autoRollback: true
 EOF
   mv "$MANIFESTS/$MODEL.yaml.tmp" "$MANIFESTS/$MODEL.yaml"   # the operator sees whole files only
   echo "--- $MANIFESTS/$MODEL.yaml: artifact.path=$1 weightFormat=$2 kvCacheDtype=$3"
 }
 
-status_json() { "$OPERATOR" local get $MODEL --state "$STATE" -o json 2>/dev/null || echo '{}'; }
+status_json() { "$OPERATOR" local get models $MODEL --state "$STATE" -o json 2>/dev/null || echo "{}"; }
 
 # Follows the rollout: prints each change of stage, phase and gate result as the operator writes it,
 # until the Python condition on the status holds (or the timeout). `s` is status, `h` its history.
@@ -178,14 +181,22 @@ on_exit() {
   [ -n "$TRAFFIC_PID" ] && kill "$TRAFFIC_PID" 2>/dev/null
   if [ $DONE != 1 ]; then
     echo "demo: stopped early; the operator's log is $DEMO_DIR/operator.log" >&2
-    kill -TERM $OP_PID 2>/dev/null && wait $OP_PID 2>/dev/null
+    stop_operator
   fi
   return 0
+}
+# SIGTERM (the operator stops its pods: SIGTERM, SIGKILL after the grace period), then wait for it.
+stop_operator() {
+  kill -TERM $OP_PID 2>/dev/null || return 0
+  for _ in $(seq 150); do kill -0 $OP_PID 2>/dev/null || return 0; sleep 0.2; done
+  echo "demo: the operator did not stop within 30 s; killing it" >&2
+  kill -KILL $OP_PID 2>/dev/null || true
 }
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq 50); do [ -f "$STATE/router.json" ] && break; sleep 0.2; done
 kill -0 $OP_PID 2>/dev/null || { cat "$DEMO_DIR/operator.log" >&2; die "the operator did not start"; }
+OP_PID=$(cat "$STATE/lock")   # the operator's own pid (it writes it into its lock file)
 write_model fp16 fp16 fp16
 follow "the fp16 model to serve" \
   "(s.get('stable') or {}).get('summary','').startswith('fp16/fp16') and any(c.get('type')=='Ready' and c.get('status')=='True' for c in s.get('conditions',[]))"
@@ -237,6 +248,11 @@ follow "the int4 KV stage to be rolled back" "any(e.get('outcome')=='RolledBack'
 last_outcome
 kill $TRAFFIC_PID 2>/dev/null || true
 TRAFFIC_PID=""
+# The rolled-back canary's pods are stopping (SIGTERM, then SIGKILL after the grace period).
+for _ in $(seq 60); do
+  "$OPERATOR" local get pods --state "$STATE" | grep -q -- '-canary-' || break
+  sleep 0.5
+done
 
 # ---------------------------------------------------------------------------------------------
 step "8. Where it stands"
@@ -245,7 +261,7 @@ run "$OPERATOR" local get pods --state "$STATE"
 echo
 bold "Gate reports (the quality check's result and log, per stage):"
 found=0
-for d in "$STATE"/jobs/*/*/; do
+for d in "$STATE"/jobs/*/*; do
   [ -d "$d" ] || continue
   found=1
   echo "  $d"
@@ -263,8 +279,7 @@ echo "  $(eval "$CURL" | head -c 400)"
 echo
 DONE=1
 if [ "${DEMO_STOP:-0}" = 1 ]; then
-  kill -TERM $OP_PID
-  wait $OP_PID || true
+  stop_operator
   echo "operator stopped"
 else
   echo "The operator (pid $OP_PID) keeps running; its log is $DEMO_DIR/operator.log."

@@ -167,7 +167,7 @@ class LocalE2E : public ::testing::Test {
         ", maxContextLength: 1024, maxConcurrency: 4}\n"
         "  rollout:\n    canary: {replicas: 1, analysisSeconds: 5}\n"
         "    gates:\n      quality: {suite: " +
-        suite().string() + ", maxMeanKL: 0.01, timeoutSeconds: 240}\n";
+        suite().string() + ", maxMeanKL: 0.015, timeoutSeconds: 240}\n";
     ASSERT_TRUE(write_file_atomic(manifests() / (file.empty() ? name + ".yaml" : file), y).ok());
   }
 

@@ -110,6 +110,14 @@ TEST_F(LocalOperatorTest, AModelInTheDirectoryBecomesReadyWithStatusOnDisk) {
   EXPECT_NE(table.find("NAME"), std::string::npos) << table;
   EXPECT_NE(table.find("fp16/fp16 ctx=256 x4"), std::string::npos) << table;
   EXPECT_NE(table.find("True"), std::string::npos) << table;
+  // `local get m -o json`, as `kubectl get im m -o json`: the whole object.
+  GetOptions one;
+  one.what = "m";
+  one.output = "json";
+  auto obj = parse_json(get(one), "get m");
+  ASSERT_TRUE(obj.ok());
+  EXPECT_EQ((*obj)["metadata"]["name"], "m");
+  EXPECT_EQ((*obj)["status"]["stable"]["summary"], "fp16/fp16 ctx=256 x4");
   GetOptions pods;
   pods.what = "pods";
   EXPECT_TRUE(eventually([&] { return get(pods).find("Running") != std::string::npos; })) << get(pods);

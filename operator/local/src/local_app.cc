@@ -115,8 +115,7 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
 }
 
 void add_get_flags(CLI::App& app, GetOptions& o) {
-  app.add_option("what", o.what, "models (default), pods, events, errors or endpoints")
-      ->check(CLI::IsMember({"models", "model", "im", "pods", "pod", "events", "errors", "endpoints"}));
+  app.add_option("what", o.what, "models (default), pods, events, errors or endpoints; or a model's name");
   app.add_option("name", o.name, "one model");
   app.add_option("--state", o.state_dir, "the state directory `local run` uses")->capture_default_str();
   app.add_option("-o,--output", o.output, "wide, yaml or json")
@@ -229,9 +228,16 @@ Status LocalOperator::run() {
 
   MonoTime last_resync = clock.mono_now();
   std::string last_errors, last_pods;
+  // The directory is scanned every scan_period; the tables' sources are refreshed more often, so
+  // that `local get pods` is never more than a moment behind the pods.
+  const auto tick = std::min<std::chrono::milliseconds>(options_.scan_period, std::chrono::milliseconds(200));
+  MonoTime last_scan{};
   for (;;) {
-    for (const auto& k : models_->scan()) im.controller->enqueue(k);
     const MonoTime now = clock.mono_now();
+    if (last_scan == MonoTime{} || now - last_scan >= options_.scan_period) {
+      last_scan = now;
+      for (const auto& k : models_->scan()) im.controller->enqueue(k);
+    }
     if (now - last_resync >= options_.resync_period) {
       last_resync = now;
       for (const auto& k : models_->keys()) im.controller->enqueue(k);
@@ -264,7 +270,7 @@ Status LocalOperator::run() {
       last_pods = ptext;
     }
     std::unique_lock lock(im.mu);
-    if (im.cv.wait_for(lock, options_.scan_period, [&] { return im.stop; })) break;
+    if (im.cv.wait_for(lock, tick, [&] { return im.stop; })) break;
   }
   log::info("stopping: every pod gets SIGTERM, then SIGKILL after the grace period",
             {{"grace_seconds", static_cast<double>(options_.grace.count()) / 1000.0}});
@@ -387,30 +393,44 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
     return 1;
   }
   const WallTime now = std::chrono::system_clock::now();
-  const std::string what = o.what == "model" || o.what == "im" ? "models" : o.what == "pod" ? "pods" : o.what;
+  std::string what = o.what == "model" || o.what == "im" || o.what == "inferencemodels" ? "models"
+                     : o.what == "pod"                                                  ? "pods"
+                                                                                        : o.what;
+  GetOptions named = o;
+  if (what != "models" && what != "pods" && what != "events" && what != "errors" && what != "endpoints") {
+    // `local get demo`, as `kubectl get im demo` reads: a name where the resource would be.
+    if (!o.name.empty()) {
+      err << "error: unknown resource \"" << o.what
+          << "\" (want models, pods, events, errors or endpoints)\n";
+      return 1;
+    }
+    named.name = o.what;
+    what = "models";
+  }
+  const GetOptions& opts = named;
   if (what == "models") {
-    auto models = load_models(o.state_dir);
+    auto models = load_models(opts.state_dir);
     if (!models.ok()) {
       err << "error: " << models.error().to_string() << "\n";
       return 1;
     }
     std::vector<Json> selected;
     for (const auto& m : *models) {
-      if (o.name.empty() || cell(m, {"metadata", "name"}) == o.name) selected.push_back(m);
+      if (opts.name.empty() || cell(m, {"metadata", "name"}) == opts.name) selected.push_back(m);
     }
-    if (!o.name.empty() && selected.empty()) {
-      err << "error: inferencemodels \"" << o.name << "\" not found\n";
+    if (!opts.name.empty() && selected.empty()) {
+      err << "error: inferencemodels \"" << opts.name << "\" not found\n";
       return 1;
     }
-    if (o.output == "yaml" || o.output == "json") {
-      Json list = selected.size() == 1 && !o.name.empty()
+    if (opts.output == "yaml" || opts.output == "json") {
+      Json list = selected.size() == 1 && !opts.name.empty()
                       ? selected[0]
                       : Json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", selected}};
-      out << (o.output == "yaml" ? api::to_yaml(list) : dump_json(list, 2) + "\n");
+      out << (opts.output == "yaml" ? api::to_yaml(list) : dump_json(list, 2) + "\n");
       return 0;
     }
     std::vector<std::vector<std::string>> rows;
-    if (o.output == "wide") {
+    if (opts.output == "wide") {
       rows.push_back({"NAMESPACE", "NAME", "STABLE", "CANARY", "STAGE", "READY", "REASON", "RELEASE", "AGE"});
     } else {
       rows.push_back({"NAME", "STABLE", "CANARY", "STAGE", "READY", "AGE"});
@@ -425,7 +445,7 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
       if (canary.empty()) canary = cell(status, {"canary", "config", "summary"});
       std::string reason;
       std::string ready = condition_status(status, "Ready", &reason);
-      if (o.output == "wide") {
+      if (opts.output == "wide") {
         std::string digest = cell(status, {"stable", "releaseDigest"});
         if (digest.size() > 19) digest = digest.substr(0, 19) + "...";
         rows.push_back({cell(m, {"metadata", "namespace"}), cell(m, {"metadata", "name"}),
@@ -436,13 +456,13 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
                         cell(status, {"stage", "name"}), ready, age});
       }
     }
-    if (rows.size() == 1 && o.name.empty()) {
-      out << "No InferenceModels in " << o.state_dir.string() << ".\n";
+    if (rows.size() == 1 && opts.name.empty()) {
+      out << "No InferenceModels in " << opts.state_dir.string() << ".\n";
     } else {
       print_table(out, rows);
     }
     // A manifest that was refused is shown under the table, as kubectl apply would have said it.
-    Json errors = read_json_or(o.state_dir / "errors.json", Json::array());
+    Json errors = read_json_or(opts.state_dir / "errors.json", Json::array());
     for (const auto& e : errors) {
       out << "error: " << e.value("file", "") << ": " << e.value("reason", "") << ": "
           << e.value("message", "") << "\n";
@@ -450,8 +470,8 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
     return 0;
   }
   if (what == "errors") {
-    Json errors = read_json_or(o.state_dir / "errors.json", Json::array());
-    if (o.output == "json") {
+    Json errors = read_json_or(opts.state_dir / "errors.json", Json::array());
+    if (opts.output == "json") {
       out << dump_json(errors, 2) << "\n";
       return 0;
     }
@@ -465,28 +485,28 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
     }
     return 0;
   }
-  Json snapshot = read_json_or(o.state_dir / "pods.json", Json::object());
+  Json snapshot = read_json_or(opts.state_dir / "pods.json", Json::object());
   if (what == "pods") {
     Json pods = snapshot.value("pods", Json::array());
-    if (o.output == "json" || o.output == "yaml") {
-      out << (o.output == "yaml" ? api::to_yaml(pods) : dump_json(pods, 2) + "\n");
+    if (opts.output == "json" || opts.output == "yaml") {
+      out << (opts.output == "yaml" ? api::to_yaml(pods) : dump_json(pods, 2) + "\n");
       return 0;
     }
     std::vector<std::vector<std::string>> rows;
-    if (o.output == "wide") {
+    if (opts.output == "wide") {
       rows.push_back({"MODEL", "NAME", "READY", "STATUS", "RESTARTS", "PID", "ADDRESS", "AGE", "LOG"});
     } else {
       rows.push_back({"NAME", "READY", "STATUS", "RESTARTS", "ADDRESS", "AGE"});
     }
     for (const auto& p : pods) {
       const std::string model = p.value("model", "");
-      if (!o.name.empty() && model.substr(model.find('/') + 1) != o.name) continue;
+      if (!opts.name.empty() && model.substr(model.find('/') + 1) != opts.name) continue;
       std::string age;
       if (auto t = parse_rfc3339(p.value("started", "")); t.ok()) {
         age = format_age(std::chrono::duration_cast<std::chrono::seconds>(now - *t));
       }
       const std::string ready = p.value("ready", false) ? "1/1" : "0/1";
-      if (o.output == "wide") {
+      if (opts.output == "wide") {
         rows.push_back({model, p.value("name", ""), ready, p.value("status", ""),
                         std::to_string(p.value("restarts", 0)), std::to_string(p.value("pid", 0)),
                         p.value("address", ""), age, p.value("log", "")});
@@ -512,7 +532,7 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
     return 0;
   }
   if (what == "events") {
-    auto text = read_file(o.state_dir / "events.log");
+    auto text = read_file(opts.state_dir / "events.log");
     if (!text.ok()) {
       out << "No events.\n";
       return 0;
@@ -520,12 +540,12 @@ int get_local(const GetOptions& o, std::ostream& out, std::ostream& err) {
     std::istringstream in(*text);
     std::string line;
     while (std::getline(in, line)) {
-      if (!o.name.empty() && line.find("/" + o.name + " ") == std::string::npos) continue;
+      if (!opts.name.empty() && line.find("/" + opts.name + " ") == std::string::npos) continue;
       out << line << "\n";
     }
     return 0;
   }
-  err << "error: unknown resource " << o.what << "\n";
+  err << "error: unknown resource " << opts.what << "\n";
   return 1;
 }
 
