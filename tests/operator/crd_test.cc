@@ -9,6 +9,7 @@
 #include "infergate/common/fs.h"
 #include "infergate/operator/api/engine.h"
 #include "infergate/operator/api/inference_model.h"
+#include "infergate/operator/api/names.h"
 #include "infergate/operator/api/yaml.h"
 
 namespace infergate::op::api {
@@ -191,13 +192,26 @@ TEST(Crd, StatusHoldsEverythingARolloutNeedsToResume) {
   InferenceModelStatus s;
   s.stable = ReleaseConfig{};
   s.canary = CanaryStatus{};
-  s.stage = StageStatus{
-      "kvCache", "r", "Analyzing", {}, {GateResult{"quality", "Passed", "", {{"kl", 0.1}}, {{"kl", 1}}, {}}}};
+  s.stage = StageStatus{};
+  s.stage->name = "kvCache";
+  s.stage->revision = "r";
+  s.stage->phase = "Analyzing";
+  s.stage->gate_results = {GateResult{"quality", "Passed", "", {{"kl", 0.1}}, {{"kl", 1}}, {}}};
   s.conditions.push_back({"Ready", "True", "Serving", "", 1, {}});
   s.history.push_back({"weights", "r", "Promoted", "", "", {}});
   s.failed_revisions = {"x"};
+  s.stable->pod_config = canonical_json(PodConfig{});
+  s.canary->config.pod_config = canonical_json(PodConfig{});
+  s.stage->from_revision = "f";
+  s.stage->analysis_started_at = WallTime{};
+  s.stage->failed_at = WallTime{};
+  s.stage->outcome = "RolledBack";
+  s.stage->failure_reason = "DigestMismatch";
+  s.stage->failure_message = "m";
+  s.control = RolloutControlStatus{"a", "b", "c", true};
   std::function<void(const Json&, const Json&, const std::string&)> covered =
       [&](const Json& value, const Json& node, const std::string& path) {
+        if (node.value("x-kubernetes-preserve-unknown-fields", false)) return;  // kept as written
         if (value.is_object()) {
           for (const auto& [k, v] : value.items()) {
             if (node.contains("properties")) {

@@ -616,11 +616,16 @@ Result<Json> KubernetesModelStore::write_status(const Json& base, const Json& st
   cache::Object cached = cache_.get_object(client::kinds::inference_model(), client::object_namespace(base),
                                            client::object_name(base));
   std::lock_guard lock(mu_);
-  if (cached && client::object_resource_version(*cached) != client::object_resource_version(*written)) {
+  // Remember our write only while the cache still shows the very version we wrote over. If it has
+  // moved on (to our write, or past it: someone changed the spec meanwhile), the cache is the truth;
+  // remembering our answer then would hide the newer object until the next change.
+  if (cached && client::object_resource_version(*cached) == client::object_resource_version(base)) {
     Json stored = *written;
     cache::strip_managed_fields(stored);
     if (written_.size() > 65536) written_.clear();
-    written_[client::object_key(base)] = Written{client::object_resource_version(*cached), std::move(stored)};
+    written_[client::object_key(base)] = Written{client::object_resource_version(base), std::move(stored)};
+  } else {
+    written_.erase(client::object_key(base));
   }
   return written;
 }

@@ -152,15 +152,23 @@ TEST(InferenceModelStatus, RoundTripsThroughJson) {
   s.stable = r;
   s.canary = CanaryStatus{r, "glm-canary", 1, 0};
   WallTime t = *parse_rfc3339("2026-11-29T19:30:00Z");
-  s.stage =
-      StageStatus{"kvCache",
-                  "0123456789",
-                  "Analyzing",
-                  t,
-                  {GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}}};
+  s.stage = StageStatus{};
+  s.stage->name = "kvCache";
+  s.stage->revision = "0123456789";
+  s.stage->phase = "Analyzing";
+  s.stage->started_at = t;
+  s.stage->gate_results = {GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}};
   s.conditions.push_back({"Ready", "True", "Serving", "2/2", 4, t});
   s.history.push_back({"weights", "abc", "Promoted", "GatesPassed", "", t});
   s.failed_revisions = {"deadbeef00"};
+  s.stage->from_revision = "abcdef0123";
+  s.stage->analysis_started_at = t;
+  s.stage->failed_at = t;
+  s.stage->outcome = "RolledBack";
+  s.stage->failure_reason = "QualityThresholdFailed";
+  s.stage->failure_message = "quality gate: mean_kl 0.2 > 0.01";
+  s.stable->pod_config = Json{{"serving", {{"weightFormat", "int8"}}}};
+  s.control = RolloutControlStatus{"fedcba9876", "a1", "r1", true};
   auto back = parse_status(status_to_json(s));
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_EQ(*back, s);

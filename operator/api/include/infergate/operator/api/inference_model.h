@@ -182,13 +182,13 @@ struct StageStatus {
   // autoRollback is off: the canary is kept until an abort or a promote)
   std::string phase;
   WallTime started_at{};
+  std::vector<GateResult> gate_results;
   std::string from_revision;                    // the stable revision the stage started from
   std::optional<WallTime> analysis_started_at;  // when the analysis window opened
   std::optional<WallTime> failed_at;            // when a gate failed (rollback duration starts here)
   std::string outcome;                          // while RollingBack: "RolledBack" or "Aborted"
   std::string failure_reason;                   // the failed gate's reason word
   std::string failure_message;                  // with its numbers
-  std::vector<GateResult> gate_results;
   bool operator==(const StageStatus&) const = default;
 };
 
