@@ -41,7 +41,7 @@ bool eventually(F cond, std::chrono::milliseconds timeout) {
 
 // The eval tests' small suite: a few prompts of each kind, short generations, a 60-word needle.
 constexpr const char* kSuite = R"({
-  "name": "tiny", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
+  "name": "@path@", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
   "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields.",
   "tasks": [
     {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks and cut losses. Summary:"},
@@ -127,7 +127,11 @@ class LocalE2E : public ::testing::Test {
           "1024"});
     // A small quality suite (spec.rollout.gates.quality.suite takes a name or a file), so that a
     // stage's check takes seconds.
-    ASSERT_TRUE(write_file_atomic(suite(), kSuite).ok());
+    // The rollout checks that eval ran the suite the spec names; a suite given as a file reports the
+    // name inside it, so the file carries its own path as its name.
+    std::string text = kSuite;
+    text.replace(text.find("@path@"), 6, suite().string());
+    ASSERT_TRUE(write_file_atomic(suite(), text).ok());
     must({kAgent, "keygen", "--out", (pub / "release").string()});
     fs::copy_file(pub / "release.pub.pem", state() / "keys" / "model-signing-key" / "release.pub.pem");
     fs::copy(pub / "fp16", artifacts_ / "fp16", fs::copy_options::recursive);
@@ -191,6 +195,7 @@ class LocalE2E : public ::testing::Test {
     o.stdout_file = root_.path() / "operator.log";
     o.stderr_file = root_.path() / "operator.log";
     o.append_output = true;
+    o.die_with_parent = true;  // a killed test binary leaves no operator behind
     auto p = Subprocess::spawn(o);
     ASSERT_TRUE(p.ok()) << p.error().to_string();
     op_ = std::make_unique<Subprocess>(std::move(*p));
@@ -257,9 +262,18 @@ TEST_F(LocalE2E, TwoModelsServeAtOnceOnPortsOfTheirOwnThroughTheRouter) {
   write_model("beta", "fp16", "fp16", "int8", 2);
   start_operator();
   ASSERT_TRUE(eventually([&] { return ready("alpha") && ready("beta"); }, 180s)) << log();
+  // Every pod on a port of its own (pods.json trails the status by a moment).
   std::set<std::string> addresses;
-  for (const auto& p : pods()) addresses.insert(p.value("address", ""));
-  EXPECT_EQ(addresses.size(), 3u) << pods().dump(2);
+  EXPECT_TRUE(eventually(
+      [&] {
+        addresses.clear();
+        for (const auto& p : pods()) {
+          if (!p.value("address", "").empty()) addresses.insert(p.value("address", ""));
+        }
+        return addresses.size() == 3u;
+      },
+      10s))
+      << pods().dump(2);
   EXPECT_NE(complete("alpha").find("\"choices\""), std::string::npos);
   EXPECT_NE(complete("beta").find("\"choices\""), std::string::npos);
   EXPECT_NE(complete("gamma").find("does not exist"), std::string::npos);
