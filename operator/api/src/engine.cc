@@ -95,10 +95,9 @@ Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const
   if (!c.engine.model_file.empty()) {
     return refuse("InvalidSpec", "spec.engine.modelFile: only the llamacpp engine takes a model file");
   }
-  INFERGATE_RETURN_IF_ERROR(
-      check_extra_args(c, {"--model", "--weight-format", "--kv-cache-dtype", "--max-context-length",
-                           "--max-concurrency", "--verified-manifest", "--served-model-name", "--host",
-                           "--port"}));
+  INFERGATE_RETURN_IF_ERROR(check_extra_args(
+      c, {"--model", "--weight-format", "--kv-cache-dtype", "--max-context-length", "--max-concurrency",
+          "--verified-manifest", "--served-model-name", "--host", "--port"}));
   EngineCommand e;
   std::string dir = model_dir(c, layout);
   e.port = layout.port > 0 ? layout.port : 8000;

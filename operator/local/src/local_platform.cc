@@ -511,8 +511,7 @@ PodState LocalPlatform::pod_state(const Workload& w, const Pod& p,
     set_verdict(verdict, exit_code);
   } else if (running) {
     s.verify.phase = VerifyState::Phase::kRunning;
-    if (!last.empty() && !api::parse_termination_message(last, 0).verified)
-      set_verdict(last, exit_code);
+    if (!last.empty() && !api::parse_termination_message(last, 0).verified) set_verdict(last, exit_code);
     if (s.verify.phase == VerifyState::Phase::kFailed) s.verify.restarts = s.restarts;
   } else if (ps && ps->starts > 0) {
     // It ended before the agent said anything (it could not start, or was killed while verifying).

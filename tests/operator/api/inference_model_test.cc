@@ -157,7 +157,8 @@ TEST(InferenceModelStatus, RoundTripsThroughJson) {
   s.stage->revision = "0123456789";
   s.stage->phase = "Analyzing";
   s.stage->started_at = t;
-  s.stage->gate_results = {GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}};
+  s.stage->gate_results = {
+      GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}};
   s.conditions.push_back({"Ready", "True", "Serving", "2/2", 4, t});
   s.history.push_back({"weights", "abc", "Promoted", "GatesPassed", "", t});
   s.failed_revisions = {"deadbeef00"};
