@@ -1,5 +1,7 @@
-// One file's SHA-256 through a read-only mapping. A file truncated under the mapping raises SIGBUS on
-// the next page; a per-thread guard turns that into a FileChanged refusal instead of a crash.
+// One file's SHA-256 through a read-only mapping. A page that cannot be brought in raises SIGBUS: the
+// file was truncated under the mapping, or the storage failed to read it (EIO). A per-thread guard turns
+// that into a refusal instead of a crash, and the file's state afterwards says which of the two it was:
+// FileChanged when its size or times moved, IoError when it is still the file it was.
 #include "infergate/agent/hashing/file_hasher.h"
 
 #include <fcntl.h>
@@ -54,7 +56,7 @@ void account(const HashOptions& o, const FileInfo& f, uint64_t chunk, uint64_t d
   if (o.after_chunk) o.after_chunk(f, done);
 }
 
-// 0: hashed; 1: the file shrank under the mapping (SIGBUS); 2: cancelled; 3: mmap failed (errno in
+// 0: hashed; 1: a page of the mapping could not be read (SIGBUS: truncated, or an I/O error); 2: cancelled; 3: mmap failed (errno in
 // *err; the caller falls back to reads). Only plain data lives across sigsetjmp (no destructors to skip).
 int hash_mapped(int fd, const FileInfo& f, Sha256& h, const HashOptions& o, int* err) {
   sigjmp_buf jump;
@@ -137,7 +139,13 @@ Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOpti
   Sha256 h;
   int err = 0;
   int rc = file.size == 0 ? 0 : hash_mapped(fd.get(), file, h, options, &err);
-  if (rc == 1) return changed(file, "it shrank while it was hashed");
+  if (rc == 1) {
+    struct stat now {};
+    if (::fstat(fd.get(), &now) != 0) return file_errno_error("stat", file.path, errno);
+    if (!same_file_state(before, now)) return changed(file, "it shrank while it was hashed");
+    // Same size and times, yet a page could not be read: the storage failed (EIO under the mapping).
+    return file_errno_error("read", file.path, EIO);
+  }
   if (rc == 2) return cancelled();
   if (rc < 0) return file_errno_error("map", file.path, -rc);
   if (rc == 3) {

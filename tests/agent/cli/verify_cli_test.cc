@@ -250,6 +250,53 @@ TEST(VerifyCli, RefusesAnUnreadableFileAsPermissionDenied) {
   expect_refused(run, 41, "PermissionDenied", "tokenizer.json");
 }
 
+// A disk that fails under one shard (faults/eio_preload.cc fakes it: there is no device-mapper here).
+// `mode` is how the failure shows: "read" (read(2) fails with EIO after the file system refused to map
+// it) or "map" (SIGBUS on a mapped page whose file kept its size, as the kernel signals an unreadable
+// page). Either way the verdict is IoError naming the file, never FileChanged and never a crash.
+AgentRun verify_with_failing_disk(const Release& r, const std::string& file, const std::string& mode) {
+  return run_agent({"verify", r.dir.string(), "--public-key", r.pub.string()}, true,
+                   {"env", std::string("LD_PRELOAD=") + INFERGATE_EIO_PRELOAD, "INFERGATE_EIO_FILE=" + file,
+                    "INFERGATE_EIO_MODE=" + mode});
+}
+
+bool sanitized_build() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+TEST(VerifyCli, RefusesAShardWhoseReadsFailWithEio) {
+  if (sanitized_build()) GTEST_SKIP() << "the sanitizer runtime's own read/mmap come before LD_PRELOAD";
+  Release r = make_release();
+  AgentRun run = verify_with_failing_disk(r, "model-00002-of-00002.safetensors", "read");
+  expect_refused(run, 40, "IoError", "model-00002-of-00002.safetensors");
+  EXPECT_NE(run.report.value("message", "").find("Input/output error"), std::string::npos) << run.report_text;
+}
+
+TEST(VerifyCli, RefusesAShardWhoseMappedPagesCannotBeReadAsIoErrorNotAsAChange) {
+  if (sanitized_build()) GTEST_SKIP() << "the sanitizer runtime's own read/mmap come before LD_PRELOAD";
+  Release r = make_release();
+  AgentRun run = verify_with_failing_disk(r, "model-00001-of-00002.safetensors", "map");
+  expect_refused(run, 40, "IoError", "model-00001-of-00002.safetensors");
+}
+
+TEST(VerifyCli, RefusesAManifestThatCannotBeRead) {
+  if (sanitized_build()) GTEST_SKIP() << "the sanitizer runtime's own read/mmap come before LD_PRELOAD";
+  Release r = make_release();
+  AgentRun run = verify_with_failing_disk(r, "SHA256SUMS", "read");
+  EXPECT_EQ(run.exit_code, 40) << run.report_text << run.err;
+  EXPECT_EQ(run.reason(), "IoError") << run.report_text;
+}
+
 TEST(VerifyCli, RefusesADirectoryHoldingOnlyTheManifestAndSignature) {
   Release r = make_release();
   for (const auto& [path, content] : testing::default_model_files()) fs::remove(r.dir / path);
