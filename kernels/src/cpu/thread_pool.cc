@@ -1,6 +1,7 @@
 // The CPU ops' worker pool and its process-wide instance.
 #include "thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -18,7 +19,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -28,16 +29,45 @@ void ThreadPool::drain() {
   for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) (*fn_)(i);
 }
 
+namespace {
+
+constexpr int64_t kSpinMicros = 200;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
 void ThreadPool::worker_loop() {
   tl_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    // Spin for the next job first; the clock is read only every 256 pauses.
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+      for (int i = 1; g == seen && !stop_.load(std::memory_order_relaxed); ++i) {
+        cpu_relax();
+        g = generation_.load(std::memory_order_acquire);
+        if ((i & 255) == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
     }
+    if (g == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++sleepers_;
+      wake_.wait(lock, [&] {
+        return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
+      });
+      --sleepers_;
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = g;
     drain();
     busy_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -50,20 +80,32 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
+  // Every worker has left the previous job (busy_ reached 0), so the job can be rewritten in place;
+  // the release increment of generation_ publishes it to the workers that see the new generation.
+  fn_ = &fn;
+  n_ = n;
+  next_.store(0, std::memory_order_relaxed);
+  busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  bool wake;
   {
+    // Under mu_, so that a worker checking its wait predicate cannot miss the new generation.
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0);
-    busy_.store(static_cast<int>(workers_.size()));
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
   tl_inside_pool = true;
   drain();
   tl_inside_pool = false;
   // The workers finish their last items; spinning is brief (one item at most per worker).
-  while (busy_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // Yield after a while: on a busy machine a worker may be off its core.
+  for (int i = 0; busy_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 4096) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 namespace {
