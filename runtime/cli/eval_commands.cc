@@ -115,7 +115,7 @@ int run_eval_command(const EvalFlags& f) {
   if (f.o_min_retrieval->count()) th.min_retrieval_accuracy = f.min_retrieval;
   if (f.o_min_format->count()) th.min_format_following = f.min_format;
 
-  std::string suite_name = f.suite;
+  const std::string& suite_name = f.suite;
   // Every way out writes the same JSON to the termination-message file (when asked) and, with --json,
   // to stdout; a human message goes to stderr.
   auto finish = [&](int code, const std::string& json) {
@@ -142,7 +142,6 @@ int run_eval_command(const EvalFlags& f) {
     // A name or file the user gave that is not a suite is a usage error; an unreadable file is not.
     return fail(suite.error().reason() == "SuiteUnreadable" ? kExitInconclusive : kExitUsage, suite.error());
   }
-  suite_name = suite->name;
   auto side_error = [&](Error e) {
     return fail(e.reason() == "Usage" || e.reason() == "BadTarget" ? kExitUsage : kExitInconclusive, e);
   };
@@ -158,6 +157,9 @@ int run_eval_command(const EvalFlags& f) {
   auto result = ev::run_eval(*suite, **baseline, **candidate, options);
   if (!result.ok()) return fail(kExitInconclusive, result.error());
   ev::apply_thresholds(*result, th);
+  // The result names the suite as the caller asked for it (a bundled name, or the file's path), so the
+  // rollout can check that the check ran the suite its spec names; a file's inner name is for people.
+  result->suite = f.suite;
   if (!f.json) std::cout << ev::result_table(*result, th);
   const int code = !result->failed.empty()       ? kExitFailed
                    : !result->unmeasured.empty() ? kExitInconclusive

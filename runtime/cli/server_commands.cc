@@ -27,6 +27,7 @@ const bool kServe = register_command(
        auto drain_seconds = std::make_shared<double>(30.0);
        auto request_timeout = std::make_shared<double>(30.0);
        auto write_timeout = std::make_shared<double>(30.0);
+       auto token_delay_ms = std::make_shared<int64_t>(0);
        app.add_option("--model", o->model_dir, "model directory (Hugging Face layout)")->required();
        app.add_option("--weight-format", o->weight_format,
                       "fp16, bf16, int8 or int4 (as the directory holds)")
@@ -68,12 +69,26 @@ const bool kServe = register_command(
        app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str();
        app.add_option("--threads", o->engine_threads, "engine compute threads (0: the engine's default)")
            ->capture_default_str();
-       return [o, manifest, drain_seconds, request_timeout, write_timeout]() -> int {
+       app.add_option("--debug-token-delay-ms", *token_delay_ms,
+                      "TESTING AID, off by default: hold every step that produces tokens this many "
+                      "milliseconds (a deliberately slow server, for rollout performance-gate tests)")
+           ->capture_default_str();
+       return [o, manifest, drain_seconds, request_timeout, write_timeout, token_delay_ms]() -> int {
          if (!manifest->empty()) o->verified_manifest = *manifest;
          auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
          if (*request_timeout <= 0 || *write_timeout <= 0 || *drain_seconds < 0) {
            std::cerr << "infergate-runtime serve: timeouts must be positive\n";
            return 2;
+         }
+         if (*token_delay_ms < 0) {
+           std::cerr << "infergate-runtime serve: --debug-token-delay-ms must be 0 or more (got "
+                     << *token_delay_ms << ")\n";
+           return 2;
+         }
+         if (*token_delay_ms > 0) {
+           o->debug_token_delay = std::chrono::milliseconds(*token_delay_ms);
+           log::warn("--debug-token-delay-ms is a testing aid: every step is slowed on purpose",
+                     {{"delay_ms", static_cast<long long>(*token_delay_ms)}});
          }
          o->request_timeout = ms(*request_timeout);
          o->write_timeout = ms(*write_timeout);

@@ -41,7 +41,7 @@ bool eventually(F cond, std::chrono::milliseconds timeout) {
 
 // The eval tests' small suite: a few prompts of each kind, short generations, a 60-word needle.
 constexpr const char* kSuite = R"({
-  "name": "@path@", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
+  "name": "local-e2e-small", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
   "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields.",
   "tasks": [
     {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks and cut losses. Summary:"},
@@ -127,11 +127,9 @@ class LocalE2E : public ::testing::Test {
           "1024"});
     // A small quality suite (spec.rollout.gates.quality.suite takes a name or a file), so that a
     // stage's check takes seconds.
-    // The rollout checks that eval ran the suite the spec names; a suite given as a file reports the
-    // name inside it, so the file carries its own path as its name.
-    std::string text = kSuite;
-    text.replace(text.find("@path@"), 6, suite().string());
-    ASSERT_TRUE(write_file_atomic(suite(), text).ok());
+    // (The rollout checks that eval ran the suite the spec names: eval reports a file suite by the
+    // path it was given.)
+    ASSERT_TRUE(write_file_atomic(suite(), kSuite).ok());
     must({kAgent, "keygen", "--out", (pub / "release").string()});
     fs::copy_file(pub / "release.pub.pem", state() / "keys" / "model-signing-key" / "release.pub.pem");
     fs::copy(pub / "fp16", artifacts_ / "fp16", fs::copy_options::recursive);
@@ -257,10 +255,7 @@ class LocalE2E : public ::testing::Test {
   std::unique_ptr<Subprocess> op_;
 };
 
-// DISABLED_ until it passes: the rollout-driven local e2e tests have not yet passed on the merged
-// tree (they ran past their time on the shared build machine); tracked in issue 9. The demo itself
-// (scripts/demo.sh) ran through these stages end to end on the local branch.
-TEST_F(LocalE2E, DISABLED_TwoModelsServeAtOnceOnPortsOfTheirOwnThroughTheRouter) {
+TEST_F(LocalE2E, TwoModelsServeAtOnceOnPortsOfTheirOwnThroughTheRouter) {
   write_model("alpha", "fp16", "fp16", "fp16");
   write_model("beta", "fp16", "fp16", "int8", 2);
   start_operator();
@@ -322,10 +317,7 @@ TEST_F(LocalE2E, NoPodOutlivesAnOperatorKilledWithSigkillAndARestartResumes) {
 
 bool rollout_ready() { return runtime_has("serve") && runtime_has("eval"); }
 
-// DISABLED_ until it passes: the rollout-driven local e2e tests have not yet passed on the merged
-// tree (they ran past their time on the shared build machine); tracked in issue 9. The demo itself
-// (scripts/demo.sh) ran through these stages end to end on the local branch.
-TEST_F(LocalE2E, DISABLED_TheDemosStagesPassFailAndRollBack) {
+TEST_F(LocalE2E, TheDemosStagesPassFailAndRollBack) {
   if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
   quantize("fp16", "int8", "int8", 2);
   write_model("m", "fp16", "fp16", "fp16");
@@ -370,10 +362,7 @@ TEST_F(LocalE2E, DISABLED_TheDemosStagesPassFailAndRollBack) {
   EXPECT_NE(complete("m").find("\"choices\""), std::string::npos);
 }
 
-// DISABLED_ until it passes: the rollout-driven local e2e tests have not yet passed on the merged
-// tree (they ran past their time on the shared build machine); tracked in issue 9. The demo itself
-// (scripts/demo.sh) ran through these stages end to end on the local branch.
-TEST_F(LocalE2E, DISABLED_ACanaryPodCrashingDuringAnalysisFailsTheStage) {
+TEST_F(LocalE2E, ACanaryPodCrashingDuringAnalysisFailsTheStage) {
   if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
   write_model("m", "fp16", "fp16", "fp16");
   start_operator();
@@ -394,10 +383,7 @@ TEST_F(LocalE2E, DISABLED_ACanaryPodCrashingDuringAnalysisFailsTheStage) {
   EXPECT_EQ(stable_summary("m").substr(0, 9), "fp16/fp16");
 }
 
-// DISABLED_ until it passes: the rollout-driven local e2e tests have not yet passed on the merged
-// tree (they ran past their time on the shared build machine); tracked in issue 9. The demo itself
-// (scripts/demo.sh) ran through these stages end to end on the local branch.
-TEST_F(LocalE2E, DISABLED_AnOperatorKilledMidStageResumesWithoutASecondCanary) {
+TEST_F(LocalE2E, AnOperatorKilledMidStageResumesWithoutASecondCanary) {
   if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
   write_model("m", "fp16", "fp16", "fp16");
   start_operator();

@@ -287,7 +287,7 @@ std::string result_json(const EvalResult& r) {
     failed.push_back(
         {{"metric", f.metric}, {"value", num(f.value)}, {"threshold", num(f.threshold)}, {"op", f.op}});
   }
-  Json j = {{"suite", r.suite.substr(0, 64)},
+  Json j = {{"suite", r.suite.substr(0, kMaxSuiteChars)},
             {"passed", r.passed},
             {"metrics", metrics},
             {"noise_floor", noise},
@@ -304,7 +304,7 @@ std::string error_json(std::string_view suite, const Error& error) {
   std::string message = error.to_string();
   if (message.size() > 3000) message = message.substr(0, 3000) + "...";
   Json j = {
-      {"suite", std::string(suite.substr(0, 64))},
+      {"suite", std::string(suite.substr(0, kMaxSuiteChars))},
       {"passed", false},
       {"inconclusive", true},
       {"error",

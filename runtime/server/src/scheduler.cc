@@ -2,6 +2,7 @@
 #include "infergate/runtime/server/scheduler.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "infergate/common/log.h"
 
@@ -338,6 +339,11 @@ void Scheduler::admit_and_step() {
       finish_request(r, Error(e).context("engine step"));
     }
     return;
+  }
+  if (options_.debug_token_delay.count() > 0) {
+    const bool produced = std::any_of(result->updates.begin(), result->updates.end(),
+                                      [](const engine::SequenceUpdate& u) { return u.token.has_value(); });
+    if (produced) std::this_thread::sleep_for(options_.debug_token_delay);  // a slowed server, on purpose
   }
   std::unordered_map<engine::SeqId, RequestId> by_seq;
   for (RequestId id : running_) by_seq[requests_.at(id)->seq] = id;

@@ -399,6 +399,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o,
   so.max_waiting = o.max_waiting;
   so.prefill_chunk = o.prefill_chunk;
   so.max_step_tokens = o.max_step_tokens;
+  so.debug_token_delay = o.debug_token_delay;
   s->scheduler_ = std::make_unique<Scheduler>(std::move(le.engine), so, s->metrics_.get());
   s->ready_.store(true);
   return s;

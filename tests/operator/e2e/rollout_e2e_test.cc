@@ -1,11 +1,14 @@
 // Staged rollouts end to end: the operator (in-process) against the fake API server, with a simulated
 // cluster whose kubelet runs the REAL infergate-agent on signed releases made by the real agent
-// (keygen, manifest, sign). Analysis windows are a second long and no gates are configured here: the
-// quality and performance gates need `infergate-runtime eval` and `serve` in the pods (see
-// docs/rollout.md, "What is tested"); their logic is covered in tests/operator/controllers.
+// (keygen, manifest, sign). RolloutE2E: analysis windows a second long, no gates, pods that verify but
+// serve nothing. ServingRolloutE2E: pods run the real `infergate-runtime serve` on a generated model,
+// the quality gate's Job runs the real `infergate-runtime eval`, the performance gate scrapes the pods.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
+#include <optional>
+#include <thread>
 
 #include "fixtures/process_kubelet.h"
 #include "infergate/common/fs.h"
@@ -22,6 +25,17 @@ class RolloutE2E : public OperatorFixture {
  protected:
   void SetUp() override {
     OperatorFixture::SetUp();
+    prepare();
+    release("glm/fp16", "fp16", 3);
+    release("glm/int8", "int8", 4);
+    start_kubelet(infergate::testing::ProcessKubeletOptions());
+  }
+  void TearDown() override {
+    if (kubelet_) kubelet_->stop();  // no check or runtime outlives the test
+    OperatorFixture::TearDown();
+  }
+
+  void prepare() {
     auto d = TempDir::create("rollout-e2e");
     ASSERT_TRUE(d.ok());
     dir_ = std::make_unique<TempDir>(std::move(*d));
@@ -31,11 +45,14 @@ class RolloutE2E : public OperatorFixture {
     std::filesystem::create_directories(dir_->path() / "work");
     agent({"keygen", "--out", (dir_->path() / "release").string()});
     std::filesystem::copy_file(dir_->path() / "release.pub.pem", trust_ / "release.pub.pem");
-    release("glm/fp16", "fp16", 3);
-    release("glm/int8", "int8", 4);
-    kubelet_ = std::make_unique<infergate::testing::ProcessKubelet>(
-        infergate::testing::ProcessKubeletOptions{kAgent, root_, trust_, dir_->path() / "work"});
-    sim_->set_policy(kubelet_->policy());
+  }
+  void start_kubelet(infergate::testing::ProcessKubeletOptions o) {
+    o.agent_bin = kAgent;
+    o.volume_root = root_;
+    o.trust_dir = trust_;
+    o.work_dir = dir_->path() / "work";
+    kubelet_ = std::make_unique<infergate::testing::ProcessKubelet>(std::move(o));
+    kubelet_->attach(*sim_, *server_);
   }
 
   void agent(const std::vector<std::string>& args) {
@@ -50,8 +67,7 @@ class RolloutE2E : public OperatorFixture {
     const auto d = root_ / path;
     std::filesystem::create_directories(d);
     ASSERT_TRUE(write_file_atomic(d / "config.json", R"({"model_type":"llama"})").ok());
-    ASSERT_TRUE(
-        write_file_atomic(d / "model.safetensors", safetensors(static_cast<char>(version))).ok());
+    ASSERT_TRUE(write_file_atomic(d / "model.safetensors", safetensors(static_cast<char>(version))).ok());
     if (format != "fp16") {
       // A compressed release names its format (what `infergate-runtime quantize` writes).
       ASSERT_TRUE(write_file_atomic(d / "quantization.json", R"({"format":")" + format + R"("})").ok());
@@ -118,6 +134,191 @@ class RolloutE2E : public OperatorFixture {
   std::filesystem::path root_, trust_;
   std::unique_ptr<infergate::testing::ProcessKubelet> kubelet_;
 };
+
+// ---- Gates on pods that really serve ----
+// The kubelet runs the real `infergate-runtime serve` in every pod (a generated model with outlier key
+// channels), the quality gate's Job runs the real `infergate-runtime eval` against the stable and
+// canary Services, and the performance gate scrapes the pods' real /metrics.
+
+const std::string kRuntime = INFERGATE_RUNTIME_BIN;
+
+// A small quality suite (seconds per check). The spec names it by its path, and eval reports it by
+// that path, which the rollout checks.
+constexpr const char* kSuite = R"({
+  "name": "rollout-e2e-small", "top_logprobs": 20, "seed": 0, "max_tokens": 16,
+  "perplexity_text": "The river valley below the old mill was quiet in the early morning. Mist lay over the fields.",
+  "tasks": [
+    {"id": "text-1", "kind": "summarisation", "prompt": "Document: The authority repaired leaks and cut losses. Summary:"},
+    {"id": "code-1", "kind": "code", "prompt": "def add(a, b):\n    return"},
+    {"id": "json-1", "kind": "json", "required_keys": ["name"], "prompt": "Give a JSON object with a name.\nJSON: {"}
+  ]})";
+
+// POST a completion to a serving pod ("http://127.0.0.1:PORT"); the HTTP status (0: no answer).
+int complete(const std::string& url, int max_tokens) {
+  auto r = run_command({"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30",
+                        url + "/v1/completions", "-H", "Content-Type: application/json", "-d",
+                        "{\"prompt\":\"The river valley below the old mill\",\"max_tokens\":" +
+                            std::to_string(max_tokens) + ",\"temperature\":0}"},
+                       40s);
+  return r.ok() ? std::atoi(r->out.c_str()) : 0;
+}
+
+class ServingRolloutE2E : public RolloutE2E {
+ protected:
+  void SetUp() override {
+    OperatorFixture::SetUp();
+    prepare();
+    const auto dir = root_ / "glm/fp16";
+    std::filesystem::create_directories(root_ / "glm");
+    auto r = run_command({kRuntime,
+                          "make-test-model",
+                          "--out",
+                          dir.string(),
+                          "--arch",
+                          "llama",
+                          "--layers",
+                          "2",
+                          "--hidden",
+                          "128",
+                          "--heads",
+                          "4",
+                          "--kv-heads",
+                          "2",
+                          "--vocab",
+                          "512",
+                          "--outlier-channels",
+                          "4",
+                          "--seed",
+                          "11",
+                          "--max-position",
+                          "1024"},
+                         120s);
+    ASSERT_TRUE(r.ok() && r->status.success()) << (r.ok() ? r->err : r.error().to_string());
+    agent({"manifest", dir.string()});
+    agent({"sign", dir.string(), "--key", (dir_->path() / "release.key").string(), "--name", "glm",
+           "--version", "3", "--weight-format", "fp16", "--expires", "1d"});
+    ASSERT_TRUE(write_file_atomic(suite(), kSuite).ok());
+  }
+  std::filesystem::path suite() const { return dir_->path() / "suite.json"; }
+  // The kubelet's logs (runtime and eval), for failure messages.
+  std::string work_logs() const {
+    std::string out;
+    for (const auto& e : std::filesystem::directory_iterator(dir_->path() / "work")) {
+      if (e.path().extension() != ".log") continue;
+      std::string text = read_file(e.path()).value_or("");
+      if (text.size() > 1500) text = text.substr(text.size() - 1500);
+      out += "--- " + e.path().filename().string() + "\n" + text + "\n";
+    }
+    return out;
+  }
+
+  // One stable pod, one canary pod, a context the generated model has.
+  Json serving_model(const Json& gates, int analysis_seconds) {
+    Json m = model();
+    m["spec"]["replicas"] = 1;
+    m["spec"]["serving"]["maxContextLength"] = 1024;
+    m["spec"]["serving"]["maxConcurrency"] = 4;
+    m["spec"]["rollout"] = {{"canary", {{"replicas", 1}, {"analysisSeconds", analysis_seconds}}},
+                            {"gates", gates}};
+    return m;
+  }
+  void deploy_serving(const Json& m) {
+    ASSERT_EQ(server_->create(kModels, m).status, 201);
+    ASSERT_TRUE(eventually(
+        [&] { return status().contains("stable") && status()["stable"].contains("releaseDigest"); }, 120s))
+        << status().dump(2);
+    ASSERT_TRUE(wait_condition("glm", "Ready", "True", "", 60s)) << status().dump(2);
+  }
+  // The URL of the stable pod's serving process.
+  std::string stable_url() {
+    for (const auto& [pod, url] : kubelet_->serving()) {
+      if (pod.rfind("glm-canary", 0) != 0) return url;
+    }
+    return "";
+  }
+};
+
+TEST_F(ServingRolloutE2E, AQualityGateFailureFromARealEvalJobRollsBackAndLeavesStableServing) {
+  infergate::testing::ProcessKubeletOptions o;
+  o.runtime_bin = kRuntime;
+  start_kubelet(std::move(o));
+  start_operator();
+  // Per-token int4 keys cannot hold the model's outlier key channels: mean KL far above 0.005, which
+  // fp16 KV meets trivially (it is the baseline itself).
+  deploy_serving(serving_model(
+      {{"quality", {{"suite", suite().string()}, {"maxMeanKL", 0.005}, {"timeoutSeconds", 240}}}}, 1));
+  const Json stable_before = status()["stable"];
+  const Json stable_deploy = server_->get(kDeploys + "/glm").body;
+  change([](Json& m) { m["spec"]["serving"]["kvCacheDtype"] = "int4"; });
+  ASSERT_TRUE(eventually([&] { return history_has("RolledBack", "kvCache"); }, 240s)) << status().dump(2);
+  Json rb = condition_of(get_model("glm"), "RolledBack");
+  EXPECT_EQ(rb["status"], "True");
+  EXPECT_EQ(rb["reason"], "QualityThresholdFailed") << rb << "\n" << work_logs();
+  const std::string msg = rb["message"];
+  EXPECT_NE(msg.find("quality gate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mean_kl"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0.005"), std::string::npos) << "the threshold is named: " << msg;
+  // The verdict came from the eval Job's own termination message (the Job itself is gone with the
+  // canary; the kubelet keeps what its check container wrote).
+  std::optional<std::string> result;
+  for (const auto& e : std::filesystem::directory_iterator(dir_->path() / "work")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("glm-q-", 0) == 0 && e.path().extension() == ".termination-log")
+      result = read_file(e.path()).value_or("");
+  }
+  ASSERT_TRUE(result) << "the eval Job wrote no result\n" << work_logs();
+  EXPECT_NE(result->find("\"passed\":false"), std::string::npos) << *result;
+  EXPECT_NE(result->find("mean_kl"), std::string::npos) << *result;
+  // Stable untouched, and serving.
+  EXPECT_EQ(status()["stable"]["revision"], stable_before["revision"]);
+  EXPECT_EQ(status()["stable"]["summary"], "fp16/fp16 ctx=1024 x4");
+  EXPECT_TRUE(eventually([&] { return server_->get(kDeploys + "/glm-canary").status == 404; }, 20s));
+  EXPECT_EQ(server_->get(kDeploys + "/glm").body["metadata"]["generation"],
+            stable_deploy["metadata"]["generation"]);
+  EXPECT_EQ(status()["failedRevisions"].size(), 1u);
+  EXPECT_FALSE(events_for("glm", "RolledBack").empty());
+  EXPECT_EQ(complete(stable_url(), 4), 200) << "the stable pod stopped serving";
+}
+
+TEST_F(ServingRolloutE2E, APerformanceGateFailureOnADeliberatelySlowCanaryRollsBack) {
+  // The kubelet slows every canary pod on purpose: 250 ms per step that produces tokens.
+  infergate::testing::ProcessKubeletOptions o;
+  o.runtime_bin = kRuntime;
+  o.extra_runtime_args = [](const Json& pod) -> std::vector<std::string> {
+    const Json labels = pod["metadata"].value("labels", Json::object());
+    if (labels.value(std::string(api::labels::kTrack), "") != "canary") return {};
+    return {"--debug-token-delay-ms", "250"};
+  };
+  start_kubelet(std::move(o));
+  start_operator();
+  deploy_serving(serving_model({{"performance", {{"maxTPOTP95Ratio", 3.0}, {"maxErrorRate", 0.5}}}}, 6));
+  const Json stable_before = status()["stable"];
+  change([](Json& m) { m["spec"]["serving"]["kvCacheDtype"] = "int8"; });
+  // Traffic on both tracks while the stage runs, as users would send it.
+  std::atomic<bool> done{false};
+  std::atomic<int> ok{0};
+  std::thread traffic([&] {
+    while (!done) {
+      for (const auto& [pod, url] : kubelet_->serving()) ok += complete(url, 6) == 200;
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  const bool rolled_back = eventually([&] { return history_has("RolledBack", "kvCache"); }, 180s);
+  done = true;
+  traffic.join();
+  ASSERT_TRUE(rolled_back) << status().dump(2);
+  EXPECT_GT(ok.load(), 0);
+  Json rb = condition_of(get_model("glm"), "RolledBack");
+  EXPECT_EQ(rb["reason"], "PerformanceThresholdFailed") << rb << "\n" << work_logs();
+  const std::string msg = rb["message"];
+  EXPECT_NE(msg.find("performance gate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tpot p95"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("> 3"), std::string::npos) << "the threshold is named: " << msg;
+  EXPECT_EQ(status()["stable"]["revision"], stable_before["revision"]);
+  EXPECT_EQ(status()["stable"]["summary"], "fp16/fp16 ctx=1024 x4");
+  EXPECT_TRUE(eventually([&] { return server_->get(kDeploys + "/glm-canary").status == 404; }, 20s));
+  EXPECT_EQ(complete(stable_url(), 4), 200) << "the stable pod stopped serving";
+}
 
 TEST_F(RolloutE2E, HappyPathThroughTheWeightsAndKvStagesWithTheRealAgent) {
   start_operator();

@@ -113,6 +113,9 @@ bool follows_json_format(std::string_view prompt, std::string_view output,
 // The JSON the quality gate reads (CONTRACTS.md): {"suite","passed","metrics":{...},"noise_floor":{...},
 // "failed":[...]}; unmeasured metrics are null. Never longer than kMaxResultJsonBytes.
 inline constexpr size_t kMaxResultJsonBytes = 4096;
+// The "suite" field is the suite as the caller named it (`eval --suite`: a bundled name or a file's
+// path), cut at the InferenceModel's own limit for spec.rollout.gates.quality.suite.
+inline constexpr size_t kMaxSuiteChars = 253;
 std::string result_json(const EvalResult& result);
 // The same shape for a run that could not complete: {"suite","passed":false,"inconclusive":true,
 // "error":{"reason","message"}}; also at most kMaxResultJsonBytes.

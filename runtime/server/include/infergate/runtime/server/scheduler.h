@@ -37,6 +37,10 @@ struct SchedulerOptions {
   int32_t max_waiting = 256;       // queued requests beyond which submit() is refused (429)
   int32_t prefill_chunk = 512;     // prompt tokens of one sequence computed in one step
   int32_t max_step_tokens = 2048;  // tokens computed in one step, all sequences together
+  // TESTING AID (serve --debug-token-delay-ms): each step that produces tokens is held this long
+  // before its tokens are delivered, so every running sequence's time per output token grows by it.
+  // Zero (the default) in production.
+  std::chrono::milliseconds debug_token_delay{0};
 };
 
 // What a request hears back. Exactly one event has final = true.

@@ -45,6 +45,8 @@ struct ServeOptions {
   int io_threads = 2;
   int engine_threads = 0;  // 0: the engine's default
   std::string device = "cpu";
+  // TESTING AID: see SchedulerOptions::debug_token_delay (serve --debug-token-delay-ms). 0 = off.
+  std::chrono::milliseconds debug_token_delay{0};
 };
 
 // What the serve command logs and the tests check after loading.
