@@ -346,7 +346,10 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
         si.quality.message = "runs once the canary is verified and ready";
       } else {
         platform::JobState job = ob.quality_job.value_or(platform::JobState{});
-        if (!job.exists && stage->phase != "Failed") {
+        // A check starts only against a serving canary and endpoints with addresses (after an
+        // operator restart the local platform's pods and endpoints come back a moment later).
+        if (!job.exists && stage->phase != "Failed" && si.canary_ready && !ob.stable_endpoint.url.empty() &&
+            !ob.canary_endpoint.url.empty()) {
           platform::JobSpec js;
           js.name = api::quality_job_name(name, rev);
           js.labels = model_labels(name, api::Track::kCanary);

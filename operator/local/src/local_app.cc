@@ -221,7 +221,13 @@ Status LocalOperator::run() {
                                                   {"keys", options_.keys_dir.string()},
                                                   {"router", router_url()}});
   (void)write_json_file(options_.state_dir / "router.json", {{"url", router_url()}, {"pid", ::getpid()}});
-  // Models known from an earlier run, and whatever the platform restored, are reconciled first.
+  // Models known from an earlier run, and whatever the platform restored, are reconciled first. The
+  // directory is read BEFORE any reconcile: a model restored from its status file is "not present"
+  // until its manifest is seen, and a reconcile of a model that is not present cleans up everything
+  // it owns (a restarted operator would otherwise tear down and recreate every workload, and lose a
+  // running stage's check, whenever a worker won the race against the first scan).
+  for (const auto& k : models_->scan()) im.controller->enqueue(k);
+  MonoTime last_scan = clock.mono_now();
   for (const auto& k : models_->keys()) im.controller->enqueue(k);
   for (const auto& k : platform_->model_keys()) im.controller->enqueue(k);
   im.controller->start();
@@ -231,7 +237,6 @@ Status LocalOperator::run() {
   // The directory is scanned every scan_period; the tables' sources are refreshed more often, so
   // that `local get pods` is never more than a moment behind the pods.
   const auto tick = std::min<std::chrono::milliseconds>(options_.scan_period, std::chrono::milliseconds(200));
-  MonoTime last_scan{};
   for (;;) {
     const MonoTime now = clock.mono_now();
     if (last_scan == MonoTime{} || now - last_scan >= options_.scan_period) {

@@ -315,31 +315,24 @@ Status LocalPlatform::restore() {
     const std::string key = job.model.key() + "/" + job.spec.name;
     jobs_[key] = std::move(job);
   }
-  // Unfinished jobs lost their process with the operator that started them: they run again from the
-  // start (as a Job whose pod was lost with its node gets a new pod).
-  for (auto& [key, job] : jobs_) {
-    if (job.final_state) continue;
-    std::vector<std::string> argv = job.spec.container.command;
-    argv.insert(argv.end(), job.spec.container.args.begin(), job.spec.container.args.end());
-    if (argv.empty()) continue;
-    argv[0] = binary(argv[0]).string();
-    for (auto& a : argv) a = replace_all(a, kTerminationLogToken, (job.dir / kTerminationLog).string());
-    ProcessSpec ps;
-    ps.argv = std::move(argv);
-    ps.env = job.spec.container.env;
-    for (const auto& [k, v] : options_.env) ps.env.emplace(k, v);
-    ps.env[std::string(kOwnerEnv)] = options_.state_dir.string();
-    ps.log_file = job.dir / "log";
-    ps.restart = false;
-    ps.grace = options_.grace;
-    ps.deadline = std::chrono::seconds(job.spec.deadline_seconds);
-    fs::path tl = job.dir / kTerminationLog;
-    ps.before_start = [tl] {
-      std::error_code ec;
-      fs::remove(tl, ec);
-    };
-    log::info("restarting an unfinished job", {{"model", job.model.key()}, {"job", job.spec.name}});
-    INFERGATE_RETURN_IF_ERROR(supervisor_->add("job/" + key, std::move(ps)));
+  // Unfinished jobs lost their process with the operator that started them, and so did the pods they
+  // were checking: the pods restart now, possibly behind other router ports than the job's arguments
+  // name. Restarting the job at once would judge a stage on that race (an eval that cannot reach
+  // its targets is inconclusive, and the stage rolls back), so the job is forgotten instead: the
+  // rollout sees no job and starts a fresh one (with the endpoints' current URLs) once the canary
+  // serves again, as a Job whose pod was lost with its node gets a new pod.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second.final_state) {
+      ++it;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove(options_.state_dir / "platform" / "jobs" /
+                   (record_name(it->second.model.key()) + "__" + it->second.spec.name + ".json"),
+               ec);
+    log::info("an unfinished job is dropped; the rollout starts it again once its targets serve",
+              {{"model", it->second.model.key()}, {"job", it->second.spec.name}});
+    it = jobs_.erase(it);
   }
   return ok_status();
 }
