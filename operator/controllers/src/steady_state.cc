@@ -215,10 +215,10 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   const platform::WorkloadSpec& wl = *rendered;
   if (ob.capacity) {
     api::set_condition(st.conditions,
-                       make(cond::kCapacityFits, ob.capacity->fits ? cond::kTrue : cond::kFalse,
-                            ob.capacity->reason, ob.capacity->message, gen),
+                       make(cond::kCapacityFits, ob.capacity->condition_status(), ob.capacity->reason,
+                            ob.capacity->message, gen),
                        ctx.now);
-    if (!ob.capacity->fits) {
+    if (ob.capacity->blocks()) {
       blocked(plan, in, ob.capacity->reason, ob.capacity->message, ctx);
       return finish();
     }
