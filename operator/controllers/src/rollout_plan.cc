@@ -557,9 +557,10 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
   }
   if (!stage && stages.empty() && ob.serving_capacity) {
     // Nothing to roll out: say whether what serves fits the hardware the spec now names. It already
-    // runs, so a False here warns (an Event) but blocks nothing.
+    // runs, so a False here warns (an Event) but blocks nothing. The message is the one the first
+    // deployment's check wrote for the same configuration, so an unchanged model writes nothing.
     capacity = make(cond::kCapacityFits, ob.serving_capacity->condition_status(), ob.serving_capacity->reason,
-                    "serving: " + ob.serving_capacity->message, gen);
+                    ob.serving_capacity->message, gen);
   }
 
   // ---- The stable workload, through the steady state ----

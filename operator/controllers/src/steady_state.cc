@@ -222,9 +222,9 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
       blocked(plan, in, ob.capacity->reason, ob.capacity->message, ctx);
       return finish();
     }
-  } else {
-    api::remove_condition(st.conditions, cond::kCapacityFits);  // not checked: not claimed either way
   }
+  // Not checked this time (no checker, or the rollout checks stages itself): an earlier check's
+  // condition stays where it is (moving it would rewrite an unchanged status); none is invented.
 
   // Actions: only what differs from what the platform reports.
   const std::string hash = wl.template_hash();

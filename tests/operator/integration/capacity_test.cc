@@ -77,8 +77,8 @@ TEST_F(Capacity, AStageThatCannotFitIsRefusedBeforeAnyCanaryWithThePlannersNumbe
     return c.is_object() && c.value("reason", "") != "KvCacheTooLarge";
   }));
   ASSERT_TRUE(wait_condition("glm", "CapacityFits", "True", "Fits"));
-  EXPECT_NE(condition_of(get_model("glm"), "CapacityFits")["message"].get<std::string>().find("serving: "),
-            std::string::npos);
+  EXPECT_EQ(condition_of(get_model("glm"), "CapacityFits")["message"].get<std::string>().rfind("stage ", 0),
+            std::string::npos);  // what serves, not a stage
   EXPECT_EQ(server_->get(kDeploys + "/glm-canary").status, 404);
 }
 
