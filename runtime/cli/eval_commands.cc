@@ -12,6 +12,7 @@
 #include "infergate/runtime/eval/report.h"
 #include "infergate/runtime/eval/suite.h"
 #include "infergate/runtime/eval/target.h"
+#include "infergate/runtime/planner/gpu_catalog.h"
 
 namespace infergate::runtime::cli {
 namespace {
@@ -203,7 +204,7 @@ const bool kEval = register_command(
      }});
 
 struct ReportFlags {
-  std::string model, out = "report", int8_model, int4_model, suite = "default", memory = "80GiB";
+  std::string model, out = "report", int8_model, int4_model, suite = "default", memory = "80GiB", gpu;
   std::vector<std::string> weight_formats = {"fp16", "int8", "int4"};
   std::vector<std::string> kv_dtypes = {"fp16", "fp8", "int8", "int4"};
   int64_t max_context = 0;
@@ -237,6 +238,11 @@ int run_report_command(const ReportFlags& f) {
   auto mem = ev::parse_bytes(f.memory);
   if (!mem.ok()) return report_fail(kExitUsage, std::move(mem).error().context("--memory"));
   o.memory_bytes = *mem;
+  if (!f.gpu.empty()) {
+    auto g = infergate::runtime::planner::find_gpu(f.gpu);
+    if (!g.ok()) return report_fail(kExitUsage, std::move(g).error().context("--gpu"));
+    o.gpu = g->name;
+  }
   if (f.chart_concurrency < 1)
     return report_fail(kExitUsage, invalid_argument("--chart-concurrency: must be >= 1"));
   if (f.perf_tokens < 2) return report_fail(kExitUsage, invalid_argument("--perf-tokens: must be >= 2"));
@@ -280,8 +286,11 @@ const bool kReport = register_command(
            ->delimiter(',')
            ->capture_default_str();
        app.add_option("--suite", f->suite, "a bundled suite or a suite file")->capture_default_str();
-       app.add_option("--memory", f->memory, "memory budget for max concurrency (e.g. 141GB, 80GiB)")
-           ->capture_default_str();
+       auto* memory = app.add_option("--memory", f->memory,
+                                     "usable GPU memory the capacity group plans for (e.g. 141GB, 80GiB)")
+                          ->capture_default_str();
+       app.add_option("--gpu", f->gpu, "plan capacity for a catalogue GPU instead (h100, h200, ...)")
+           ->excludes(memory);
        app.add_option("--max-context-length", f->max_context, "the configured context (0: the model's)")
            ->capture_default_str();
        app.add_option("--chart-concurrency", f->chart_concurrency, "sequences in the memory-vs-context chart")

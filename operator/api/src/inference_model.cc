@@ -409,6 +409,36 @@ void read_scheduling(Reader& r, const Json& spec, SchedulingSpec* out) {
   r.string(*s, "runtimeClassName", p, &out->runtime_class_name, false, 253);
 }
 
+// A memory size as the planner reads it (141GB, 80GiB) or as a Kubernetes quantity (80Gi, 141G).
+bool is_memory_size(const std::string& s) {
+  static const std::regex re("^[0-9]+(\\.[0-9]+)?([kKMGTP]i?B?|B)?$");
+  return !s.empty() && s.size() <= 32 && std::regex_match(s, re);
+}
+
+// The model's config.json may be large for mixture-of-experts models, but not unbounded.
+constexpr size_t kMaxModelConfigBytes = 256 * 1024;
+
+void read_capacity_planning(Reader& r, const Json& spec, CapacityPlanningSpec* out) {
+  const Json* c = r.object(spec, "capacityPlanning", "spec", false);
+  if (!c) return;
+  const std::string p = "spec.capacityPlanning";
+  r.string(*c, "gpu", p, &out->gpu, false, 64);
+  if (r.string(*c, "gpuMemory", p, &out->gpu_memory, false, 32) && !is_memory_size(out->gpu_memory)) {
+    r.fail(p + ".gpuMemory",
+           "not a memory size: \"" + out->gpu_memory + "\" (e.g. 141GB, 80GiB, 80Gi: usable memory per GPU)");
+  }
+  if (!out->gpu.empty() && !out->gpu_memory.empty()) {
+    r.fail(p + ".gpu", "give gpu or gpuMemory, not both");
+  }
+  if (const Json* m = r.object(*c, "modelConfig", p, false)) {
+    if (m->dump().size() > kMaxModelConfigBytes) {
+      r.fail(p + ".modelConfig", "larger than " + std::to_string(kMaxModelConfigBytes / 1024) + " KiB");
+    } else {
+      out->model_config = *m;
+    }
+  }
+}
+
 std::string join_errors(const std::vector<FieldError>& errors) {
   std::string msg;
   for (const auto& e : errors) {
@@ -566,6 +596,7 @@ std::vector<FieldError> validate_spec(const Json& spec, InferenceModelSpec* out)
   read_resources(r, spec, &s.resources);
   read_rollout(r, spec, &s.rollout);
   read_scheduling(r, spec, &s.scheduling);
+  read_capacity_planning(r, spec, &s.capacity_planning);
   if (!s.rollout.canary.surge && s.rollout.canary.replicas >= s.replicas && errors.empty()) {
     r.fail("spec.rollout.canary.replicas",
            "with canary.surge false the canary takes its pods from stable: canary.replicas must be less than "

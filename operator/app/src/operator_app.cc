@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "infergate/common/log.h"
+#include "infergate/operator/capacity/planner_capacity.h"
 
 namespace infergate::op::app {
 namespace {
@@ -195,7 +196,9 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   app->platform_ = std::make_unique<platform::KubernetesPlatform>(writes, m.cache(), clock);
   app->models_ = std::make_unique<platform::KubernetesModelStore>(writes, m.cache());
   app->events_ = std::make_unique<platform::KubernetesEventRecorder>(writes, clock, app->identity_);
-  app->capacity_ = std::make_unique<controllers::NoCapacityCheck>();
+  // The runtime's planner checks the first deployment and every stage (spec.capacityPlanning); the
+  // operator cannot read artifact volumes in a cluster, so the model's config comes from the spec.
+  app->capacity_ = std::make_unique<capacity::PlannerCapacityChecker>();
   controllers::ControllerOptions co;
   co.images = options.images;
   co.trust_recheck = options.trust_recheck;

@@ -37,7 +37,8 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
     INFERGATE_ASSIGN_OR_RETURN(platform::TrustState trust,
                                platform_.check_trust(ref, in.spec->artifact.trust));
     ob.trust = trust;
-    if (!in.status.stable) ob.capacity = capacity_.check(api::pod_config(*in.spec), in.spec->replicas);
+    if (!in.status.stable)
+      ob.capacity = capacity_.check(api::pod_config(*in.spec), in.spec->capacity_planning, in.spec->replicas);
     const std::string& name = in.meta.name;
     INFERGATE_ASSIGN_OR_RETURN(
         ob.canary, platform_.observe_workload(ref, api::workload_name(name, api::Track::kCanary)));
@@ -58,7 +59,10 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
       }
     } else if (auto next = next_stage(in)) {
       // The capacity planner re-plans with the next stage's settings before it starts.
-      ob.stage_capacity = capacity_.check(next->to, in.spec->replicas);
+      ob.stage_capacity = capacity_.check(next->to, in.spec->capacity_planning, in.spec->replicas);
+    } else if (in.status.stable) {
+      ob.serving_capacity =
+          capacity_.check(api::pod_config(*in.spec), in.spec->capacity_planning, in.spec->replicas);
     }
   }
   return ob;

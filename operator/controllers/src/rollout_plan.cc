@@ -512,7 +512,7 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
       progressing =
           make(cond::kProgressing, cond::kTrue, "WaitingForStable",
                what + " starts once stable serves all " + std::to_string(spec.replicas) + " replicas", gen);
-    } else if (ob.stage_capacity && !ob.stage_capacity->fits) {
+    } else if (ob.stage_capacity && ob.stage_capacity->blocks()) {
       capacity = make(cond::kCapacityFits, cond::kFalse, ob.stage_capacity->reason,
                       what + ": " + ob.stage_capacity->message, gen);
       progressing = make(cond::kProgressing, cond::kFalse, ob.stage_capacity->reason,
@@ -524,7 +524,8 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
                          what + " cannot run: " + rendered.error().message(), gen);
     } else {
       if (ob.stage_capacity) {
-        capacity = make(cond::kCapacityFits, cond::kTrue, ob.stage_capacity->reason,
+        // True (it fits), or Unknown (not checked: said, and not blocking).
+        capacity = make(cond::kCapacityFits, ob.stage_capacity->condition_status(), ob.stage_capacity->reason,
                         what + ": " + ob.stage_capacity->message, gen);
       }
       api::StageStatus ns;
@@ -556,6 +557,13 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
     }
   } else if (!stage && stages.empty() && ob.canary.exists) {
     delete_canary("");  // a leftover (the spec went back to what serves)
+  }
+  if (!stage && stages.empty() && ob.serving_capacity) {
+    // Nothing to roll out: say whether what serves fits the hardware the spec now names. It already
+    // runs, so a False here warns (an Event) but blocks nothing. The message is the one the first
+    // deployment's check wrote for the same configuration, so an unchanged model writes nothing.
+    capacity = make(cond::kCapacityFits, ob.serving_capacity->condition_status(), ob.serving_capacity->reason,
+                    ob.serving_capacity->message, gen);
   }
 
   // ---- The stable workload, through the steady state ----

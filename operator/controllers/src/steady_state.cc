@@ -215,16 +215,16 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   const platform::WorkloadSpec& wl = *rendered;
   if (ob.capacity) {
     api::set_condition(st.conditions,
-                       make(cond::kCapacityFits, ob.capacity->fits ? cond::kTrue : cond::kFalse,
-                            ob.capacity->reason, ob.capacity->message, gen),
+                       make(cond::kCapacityFits, ob.capacity->condition_status(), ob.capacity->reason,
+                            ob.capacity->message, gen),
                        ctx.now);
-    if (!ob.capacity->fits) {
+    if (ob.capacity->blocks()) {
       blocked(plan, in, ob.capacity->reason, ob.capacity->message, ctx);
       return finish();
     }
-  } else {
-    api::remove_condition(st.conditions, cond::kCapacityFits);  // not checked: not claimed either way
   }
+  // Not checked this time (no checker, or the rollout checks stages itself): an earlier check's
+  // condition stays where it is (moving it would rewrite an unchanged status); none is invented.
 
   // Actions: only what differs from what the platform reports.
   const std::string hash = wl.template_hash();

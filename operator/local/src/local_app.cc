@@ -21,6 +21,7 @@
 #include "infergate/common/log.h"
 #include "infergate/operator/api/inference_model.h"
 #include "infergate/operator/api/yaml.h"
+#include "infergate/operator/capacity/planner_capacity.h"
 #include "infergate/operator/controllers/inference_model_controller.h"
 #include "infergate/operator/manager/controller.h"
 
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 struct LocalOperator::Impl {
   UniqueFd lock;
   std::unique_ptr<LocalEventSink> events;
-  controllers::NoCapacityCheck capacity;
+  std::unique_ptr<controllers::CapacityChecker> capacity;
   std::unique_ptr<controllers::InferenceModelReconciler> reconciler;
   std::unique_ptr<manager::Controller> controller;
   std::unique_ptr<Router> front;
@@ -174,9 +175,18 @@ Result<std::unique_ptr<LocalOperator>> LocalOperator::create(RunOptions options,
 
   Impl& im = *op->impl_;
   im.events = std::make_unique<LocalEventSink>(options.state_dir / "events.log", clock);
+  // The planner checks capacity as in a cluster; here the operator can also read the artifact's own
+  // config.json (persistentVolumeClaim X is <volumes>/X) when spec.capacityPlanning.modelConfig is unset.
+  capacity::PlannerCapacityOptions po;
+  po.artifact_dir = [volumes = options.volumes_dir](const api::ArtifactSpec& a) -> std::optional<fs::path> {
+    if (a.volume.kind != api::VolumeSource::Kind::kPersistentVolumeClaim || a.volume.claim_name.empty())
+      return std::nullopt;
+    return volumes / a.volume.claim_name / a.path;
+  };
+  im.capacity = std::make_unique<capacity::PlannerCapacityChecker>(std::move(po));
   controllers::ControllerOptions co;
-  im.reconciler = std::make_unique<controllers::InferenceModelReconciler>(*op->models_, *op->platform_,
-                                                                          *im.events, im.capacity, clock, co);
+  im.reconciler = std::make_unique<controllers::InferenceModelReconciler>(
+      *op->models_, *op->platform_, *im.events, *im.capacity, clock, co);
   manager::ControllerOptions mo;
   mo.name = "inferencemodel";
   mo.workers = options.workers;

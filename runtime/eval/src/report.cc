@@ -13,6 +13,7 @@
 #include "infergate/engine/block_manager.h"
 #include "infergate/runtime/eval/target.h"
 #include "infergate/runtime/model/quantize.h"
+#include "infergate/runtime/planner/plan.h"
 
 namespace infergate::runtime::eval {
 
@@ -143,14 +144,32 @@ Result<PerfSample> measure(EngineTarget& t, const ReportOptions& o) {
   return s;
 }
 
-engine::KvSpec kv_spec(engine::Engine& e, KvCacheDtype kv) {
-  const auto& shape = e.backend().shape();
-  return engine::KvSpec{kv, shape.num_layers, shape.num_kv_heads, shape.head_dim, engine::kBlockTokens};
-}
+namespace planner = infergate::runtime::planner;
 
-// Bytes one sequence of `tokens` tokens costs in the pool (its blocks and its staging window).
-int64_t sequence_bytes(const engine::KvBytes& b, int64_t tokens) {
-  return engine::blocks_for_tokens(tokens) * b.block_bytes + b.staging_bytes;
+// The capacity group's numbers are the planner's: what `infergate-runtime plan` prints for the same
+// model directory, formats, context, concurrency and GPU memory (one GPU). `m` is the weight
+// directory's config.json, so a compressed copy's own scheme (group size, zero points) is planned.
+Result<planner::Plan> plan_for(const planner::LoadedModel& m, WeightFormat wf, KvCacheDtype kv,
+                               int64_t context, int64_t concurrency, const ReportOptions& o) {
+  planner::PlanInput in;
+  in.config = m.config;
+  in.model_name = m.name;
+  if (!o.gpu.empty()) {
+    in.gpu = o.gpu;
+  } else {
+    in.gpu_memory_bytes = o.memory_bytes;
+  }
+  INFERGATE_ASSIGN_OR_RETURN(planner::WeightFormat pwf,
+                             planner::parse_weight_format(engine::weight_format_name(wf)));
+  if (m.weights && m.weights->format == pwf) {
+    in.weights = *m.weights;
+  } else {
+    in.weights.format = pwf;
+  }
+  INFERGATE_ASSIGN_OR_RETURN(in.kv_cache_dtype, planner::parse_kv_dtype(engine::kv_cache_dtype_name(kv)));
+  in.max_context_length = context;
+  in.max_concurrency = std::max<int64_t>(1, concurrency);
+  return planner::plan(in);
 }
 
 }  // namespace
@@ -189,7 +208,14 @@ Result<int64_t> parse_bytes(std::string_view text) {
 
 Result<Report> run_report(const ReportOptions& o) {
   const auto t0 = Clock::now();
-  if (o.memory_bytes <= 0) return invalid_argument("the memory budget must be positive");
+  if (o.gpu.empty() && o.memory_bytes <= 0) return invalid_argument("the memory budget must be positive");
+  int64_t memory_bytes = o.memory_bytes;
+  std::string gpu_name;
+  if (!o.gpu.empty()) {
+    INFERGATE_ASSIGN_OR_RETURN(planner::GpuSpec g, planner::find_gpu(o.gpu));
+    memory_bytes = g.usable_bytes;
+    gpu_name = g.name;
+  }
   if (o.suite.tasks.empty()) return invalid_argument("the suite has no tasks");
   if (o.perf_tokens < 2) return invalid_argument("perf_tokens must be at least 2");
   if (o.kv_dtypes.empty() || o.weight_formats.empty()) return invalid_argument("nothing to run");
@@ -231,7 +257,8 @@ Result<Report> run_report(const ReportOptions& o) {
   Report rep;
   rep.model = o.model_dir.string();
   rep.suite = o.suite.name;
-  rep.memory_bytes = o.memory_bytes;
+  rep.memory_bytes = memory_bytes;
+  rep.gpu = gpu_name;
   rep.chart_concurrency = o.chart_concurrency;
   rep.perf_tokens = o.perf_tokens;
 
@@ -244,16 +271,18 @@ Result<Report> run_report(const ReportOptions& o) {
   rep.architecture = baseline->engine().info().architecture;
   const int64_t ctx = rep.max_context;
 
-  // Memory versus context per KV dtype, with fp16 weights.
-  const int64_t fp16_weights = baseline->engine().info().weight_bytes;
+  // Memory versus context per KV dtype, with fp16 weights: the planner's total at each context.
+  auto dense = planner::load_model(o.model_dir);
+  if (!dense.ok()) return std::move(dense).error().context("planning " + o.model_dir.string());
   for (KvCacheDtype kv : kvs) {
     if (std::find(o.kv_dtypes.begin(), o.kv_dtypes.end(), kv) == o.kv_dtypes.end()) continue;
-    INFERGATE_ASSIGN_OR_RETURN(engine::KvBytes b, engine::kv_bytes(kv_spec(baseline->engine(), kv)));
     MemoryCurve curve;
     curve.kv_dtype = engine::kv_cache_dtype_name(kv);
     for (int i = 1; i <= 16; ++i) {
       const int64_t tokens = std::max<int64_t>(1, ctx * i / 16);
-      curve.points.emplace_back(tokens, fp16_weights + o.chart_concurrency * sequence_bytes(b, tokens));
+      auto p = plan_for(*dense, WeightFormat::kF16, kv, tokens, o.chart_concurrency, o);
+      if (!p.ok()) return std::move(p).error().context("planning the memory chart");
+      curve.points.emplace_back(tokens, p->total_bytes);
     }
     rep.memory_curves.push_back(std::move(curve));
   }
@@ -262,6 +291,7 @@ Result<Report> run_report(const ReportOptions& o) {
   size_t index = 0;
   for (WeightFormat wf : wfs) {
     std::optional<WeightDir> dir;
+    std::optional<planner::LoadedModel> loaded_weights;
     for (KvCacheDtype kv : kvs) {
       if (!asked(wf, kv)) continue;
       ++index;
@@ -289,16 +319,31 @@ Result<Report> run_report(const ReportOptions& o) {
       r.kv_dtype = engine::kv_cache_dtype_name(kv);
       r.weights_source = dir->source;
       r.is_baseline = is_base;
-      // capacity
-      engine::Engine& e = target->engine();
-      r.weight_bytes = e.info().weight_bytes;
-      INFERGATE_ASSIGN_OR_RETURN(engine::KvBytes b, engine::kv_bytes(kv_spec(e, kv)));
-      r.kv_bytes_per_token = b.bytes_per_token();
-      r.kv_block_bytes = b.block_bytes;
-      r.kv_staging_bytes = b.staging_bytes;
-      const int64_t per_seq = sequence_bytes(b, ctx);
-      r.max_concurrency = o.memory_bytes > r.weight_bytes ? (o.memory_bytes - r.weight_bytes) / per_seq : 0;
-      r.peak_memory_bytes = r.weight_bytes + r.max_concurrency * per_seq;
+      // capacity: the planner on this weight directory's own config (its quantization scheme),
+      // then again at the most sequences that fit, for the peak
+      if (!loaded_weights) {
+        auto m = planner::load_model(dir->path);
+        if (!m.ok()) return std::move(m).error().context(label + ": planning");
+        loaded_weights = std::move(*m);
+      }
+      auto at_one = plan_for(*loaded_weights, wf, kv, ctx, 1, o);
+      if (!at_one.ok()) return std::move(at_one).error().context(label + ": planning");
+      r.max_concurrency = at_one->max_concurrency_at_context;
+      auto at_peak = plan_for(*loaded_weights, wf, kv, ctx, r.max_concurrency, o);
+      if (!at_peak.ok()) return std::move(at_peak).error().context(label + ": planning");
+      r.weight_bytes = at_peak->weights.total();
+      r.kv_bytes_per_token = at_peak->kv.bytes_per_token();
+      r.kv_block_bytes = at_peak->kv.block_bytes();
+      r.kv_staging_bytes = at_peak->kv.staging_bytes();
+      r.peak_memory_bytes = at_peak->total_bytes;
+      r.workspace_bytes = at_peak->workspace.total();
+      r.reserve_bytes = at_peak->reserves.total();
+      if (r.weight_bytes != target->engine().info().weight_bytes) {
+        // One memory model: the planner and the engine must agree on every weight byte.
+        return internal_error(label + ": the planner counts " + std::to_string(r.weight_bytes) +
+                              " weight bytes, the engine holds " +
+                              std::to_string(target->engine().info().weight_bytes));
+      }
       // security
       r.verified = target->load_report().verified;
       r.release_digest = release_digest(dir->path).value_or("");
@@ -379,7 +424,9 @@ std::string report_json(const Report& rep) {
                       {"kv_block_bytes", r.kv_block_bytes},
                       {"kv_staging_bytes", r.kv_staging_bytes},
                       {"max_concurrency", r.max_concurrency},
-                      {"peak_memory_bytes", r.peak_memory_bytes}}},
+                      {"peak_memory_bytes", r.peak_memory_bytes},
+                      {"workspace_bytes", r.workspace_bytes},
+                      {"reserve_bytes", r.reserve_bytes}}},
                     {"performance",
                      {{"ttft_seconds", r.ttft_seconds},
                       {"tpot_seconds", r.tpot_seconds},
@@ -414,6 +461,7 @@ std::string report_json(const Report& rep) {
             {"suite", rep.suite},
             {"max_context", rep.max_context},
             {"memory_bytes", rep.memory_bytes},
+            {"gpu", rep.gpu.empty() ? Json(nullptr) : Json(rep.gpu)},
             {"perf_tokens", rep.perf_tokens},
             {"seconds", rep.seconds},
             {"noise_floor", rep.noise_floor ? pair_json(*rep.noise_floor) : Json(nullptr)},
@@ -440,7 +488,8 @@ struct Cell {
 std::vector<std::string> group_names() { return {"capacity", "performance", "quality", "security"}; }
 
 std::vector<std::string> headers(const std::string& group) {
-  if (group == "capacity") return {"weight bytes", "KV bytes/token", "max concurrency", "peak memory"};
+  if (group == "capacity")
+    return {"weight bytes", "KV bytes/token", "max concurrency", "peak memory", "workspace", "reserves"};
   if (group == "performance")
     return {"TTFT", "time/output token", "tokens/s", "TTFT ratio", "TPOT ratio", "throughput ratio"};
   if (group == "quality")
@@ -455,7 +504,11 @@ std::vector<Cell> cells(const std::string& group, const ComboResult& r) {
             {"kv_bytes_per_token", fmt("%.1f", r.kv_bytes_per_token), r.kv_bytes_per_token},
             {"max_concurrency", std::to_string(r.max_concurrency), static_cast<double>(r.max_concurrency)},
             {"peak_memory_bytes", human_bytes(static_cast<double>(r.peak_memory_bytes)),
-             static_cast<double>(r.peak_memory_bytes)}};
+             static_cast<double>(r.peak_memory_bytes)},
+            {"workspace_bytes", human_bytes(static_cast<double>(r.workspace_bytes)),
+             static_cast<double>(r.workspace_bytes)},
+            {"reserve_bytes", human_bytes(static_cast<double>(r.reserve_bytes)),
+             static_cast<double>(r.reserve_bytes)}};
   }
   if (group == "performance") {
     return {{"ttft_seconds", fmt("%.2f ms", r.ttft_seconds * 1e3), r.ttft_seconds},
@@ -504,14 +557,19 @@ std::string html_escape(std::string_view s) {
 
 std::string num_attr(double v) { return fmt("%.17g", v); }
 
+// "one h200 (140.4 GiB usable)" / "one GPU of 64.00 MiB": what the capacity group planned for.
+std::string budget_text(const Report& rep) {
+  const std::string mem = human_bytes(static_cast<double>(rep.memory_bytes));
+  return rep.gpu.empty() ? "one GPU of " + mem : "one " + rep.gpu + " (" + mem + " usable)";
+}
+
 }  // namespace
 
 std::string report_markdown(const Report& rep) {
   std::string md = "# infergate comparison report\n\n";
   md += "Model `" + rep.model + "` (" + rep.architecture + "), suite `" + rep.suite + "`, context " +
-        std::to_string(rep.max_context) + " tokens, memory budget " +
-        human_bytes(static_cast<double>(rep.memory_bytes)) + ", " + std::to_string(rep.perf_tokens) +
-        " tokens per prompt timed. Baseline: fp16 weights x fp16 KV; " +
+        std::to_string(rep.max_context) + " tokens, capacity planned for " + budget_text(rep) + ", " +
+        std::to_string(rep.perf_tokens) + " tokens per prompt timed. Baseline: fp16 weights x fp16 KV; " +
         "performance ratios are to it, measured in the same run. Generated in " + fmt("%.1f", rep.seconds) +
         " s.\n";
   for (const auto& g : group_names()) {
@@ -611,8 +669,8 @@ std::string memory_chart(const Report& rep) {
       "memory-chart",
       "Memory vs context length (fp16 weights, " + std::to_string(rep.chart_concurrency) +
           (rep.chart_concurrency == 1 ? " sequence)" : " sequences)"),
-      "context length (tokens)", "memory (weights + KV)", x, y, [](double v) { return fmt("%.0f", v); },
-      [](double v) { return human_bytes(v); });
+      "context length (tokens)", "memory (weights, KV, workspace, reserves)", x, y,
+      [](double v) { return fmt("%.0f", v); }, [](double v) { return human_bytes(v); });
   for (size_t i = 0; i < rep.memory_curves.size(); ++i) {
     const auto& c = rep.memory_curves[i];
     std::string pts;
@@ -683,8 +741,8 @@ std::string report_html(const Report& rep) {
       ".charts{display:flex;flex-wrap:wrap;gap:16px}\n</style>\n</head>\n<body>\n";
   h += "<h1>infergate comparison report</h1>\n<p>Model <code>" + html_escape(rep.model) + "</code> (" +
        html_escape(rep.architecture) + "), suite <code>" + html_escape(rep.suite) + "</code>, context " +
-       std::to_string(rep.max_context) + " tokens, memory budget " +
-       human_bytes(static_cast<double>(rep.memory_bytes)) + ", " + std::to_string(rep.perf_tokens) +
+       std::to_string(rep.max_context) + " tokens, capacity planned for " + html_escape(budget_text(rep)) +
+       ", " + std::to_string(rep.perf_tokens) +
        " tokens per prompt timed. Baseline: fp16 weights x fp16 KV; performance ratios are to it, measured "
        "in the "
        "same run. Generated in " +

@@ -1,5 +1,6 @@
 // Parsing, defaulting and validating InferenceModels; status JSON round trips.
 #include "infergate/operator/api/inference_model.h"
+#include "infergate/operator/api/names.h"
 
 #include <gtest/gtest.h>
 
@@ -135,6 +136,53 @@ TEST(InferenceModel, RefusesWrongTypesWithoutThrowing) {
   j["spec"]["resources"]["limits"]["memory"] = "lots";
   EXPECT_FALSE(parse_inference_model(j).ok());
   EXPECT_FALSE(parse_inference_model(Json::array()).ok());
+}
+
+TEST(InferenceModel, CapacityPlanningIsOptionalAndReadWhenGiven) {
+  auto none = parse_inference_model(valid_model());
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  EXPECT_FALSE(none->spec.capacity_planning.configured());
+
+  Json j = valid_model();
+  j["spec"]["capacityPlanning"] = Json::parse(
+      R"({"gpu": "h200", "modelConfig": {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}})");
+  auto m = parse_inference_model(j);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_TRUE(m->spec.capacity_planning.configured());
+  EXPECT_EQ(m->spec.capacity_planning.gpu, "h200");
+  EXPECT_EQ(m->spec.capacity_planning.model_config["hidden_size"], 4096);
+
+  j["spec"]["capacityPlanning"] = Json::parse(R"({"gpuMemory": "80Gi"})");
+  m = parse_inference_model(j);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->spec.capacity_planning.gpu_memory, "80Gi");
+  EXPECT_TRUE(m->spec.capacity_planning.model_config.is_null());
+}
+
+TEST(InferenceModel, CapacityPlanningRefusesBadInputNamingTheField) {
+  auto refused = [](const char* planning, const char* field) {
+    Json j = valid_model();
+    j["spec"]["capacityPlanning"] = Json::parse(planning);
+    auto m = parse_inference_model(j);
+    ASSERT_FALSE(m.ok()) << planning;
+    EXPECT_NE(m.error().message().find(field), std::string::npos) << m.error().message();
+  };
+  refused(R"({"gpu": "h200", "gpuMemory": "80GiB"})", "spec.capacityPlanning.gpu");
+  refused(R"({"gpuMemory": "eighty gigs"})", "spec.capacityPlanning.gpuMemory");
+  refused(R"({"gpuMemory": "-80GiB"})", "spec.capacityPlanning.gpuMemory");
+  refused(R"({"gpu": 141})", "spec.capacityPlanning.gpu");
+  refused(R"({"gpu": "h200", "modelConfig": "config.json"})", "spec.capacityPlanning.modelConfig");
+  refused(R"("h200")", "spec.capacityPlanning");
+}
+
+TEST(InferenceModel, CapacityPlanningIsNotPartOfThePodConfiguration) {
+  // Changing what the planner is told re-plans; it must not roll pods (the revision stays).
+  auto a = parse_inference_model(valid_model());
+  Json j = valid_model();
+  j["spec"]["capacityPlanning"] = Json::parse(R"({"gpu": "h100", "modelConfig": {"hidden_size": 1}})");
+  auto b = parse_inference_model(j);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(revision(pod_config(a->spec)), revision(pod_config(b->spec)));
 }
 
 TEST(InferenceModelStatus, RoundTripsThroughJson) {

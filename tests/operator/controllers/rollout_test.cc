@@ -2,6 +2,8 @@
 // stages in order, each gate failing in its own way, promotion, rollback, manual control, restarts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "controllers/fake_platform.h"
 #include "infergate/operator/api/conditions.h"
 #include "infergate/operator/controllers/inference_model_controller.h"
@@ -53,7 +55,10 @@ class SequenceCapacity final : public CapacityChecker {
   std::function<std::optional<CapacityVerdict>(const api::PodConfig&)> fn = [](const api::PodConfig&) {
     return std::optional<CapacityVerdict>();
   };
-  std::optional<CapacityVerdict> check(const api::PodConfig& c, int32_t) override { return fn(c); }
+  std::optional<CapacityVerdict> check(const api::PodConfig& c, const api::CapacityPlanningSpec&,
+                                       int32_t) override {
+    return fn(c);
+  }
 };
 
 class Rollout : public ::testing::Test {
@@ -516,6 +521,40 @@ TEST_F(Rollout, AStageThatDoesNotFitIsRefusedWithTheNumbers) {
   EXPECT_EQ(condition("CapacityFits")["status"], "False");
   EXPECT_NE(condition("CapacityFits")["message"].get<std::string>().find("92.1 GiB"), std::string::npos);
   EXPECT_EQ(condition("Progressing")["reason"], "KvCacheTooLarge");
+}
+
+TEST_F(Rollout, AStageThatCannotBeCheckedStartsWithCapacityUnknown) {
+  deploy();
+  capacity_.fn = [](const api::PodConfig&) -> std::optional<CapacityVerdict> {
+    CapacityVerdict v{false, "GpuNotSpecified", "spec.capacityPlanning.gpu (or gpuMemory) is not set", {}};
+    v.checked = false;
+    return v;
+  };
+  change([](Json& s) { s["serving"]["kvCacheDtype"] = "int8"; });
+  step();
+  EXPECT_TRUE(platform_.workload("glm-canary").has_value());
+  EXPECT_EQ(stage_name(), "kvCache");
+  EXPECT_EQ(condition("CapacityFits")["status"], "Unknown");
+  EXPECT_EQ(condition("CapacityFits")["reason"], "GpuNotSpecified");
+  EXPECT_FALSE(events_.has("GpuNotSpecified"));
+}
+
+TEST_F(Rollout, AStageRefusedForCapacityCreatesNoCanaryAndWarnsOnce) {
+  deploy();
+  capacity_.fn = [](const api::PodConfig& c) -> std::optional<CapacityVerdict> {
+    if (c.serving.max_concurrency > 8) {
+      return CapacityVerdict{false, "KvCacheTooLarge", "needs 150.2 GiB of 140.4 GiB per GPU", {}};
+    }
+    return CapacityVerdict{true, "Fits", "needs 40.0 GiB of 140.4 GiB per GPU", {}};
+  };
+  change([](Json& s) { s["serving"]["maxConcurrency"] = 64; });
+  steps(3);
+  EXPECT_FALSE(platform_.workload("glm-canary").has_value());
+  EXPECT_FALSE(status().contains("stage"));
+  EXPECT_EQ(condition("CapacityFits")["reason"], "KvCacheTooLarge");
+  const auto evs = events_.events();
+  EXPECT_EQ(
+      std::count_if(evs.begin(), evs.end(), [](const auto& e) { return e.reason == "KvCacheTooLarge"; }), 1);
 }
 
 TEST_F(Rollout, WithoutAutoRollbackAFailedStageKeepsItsCanaryUntilAborted) {

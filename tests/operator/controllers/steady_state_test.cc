@@ -287,6 +287,22 @@ TEST(SteadyState, CapacityVerdictsGateTheDeployment) {
   EXPECT_EQ(condition(ok, "CapacityFits").status, "True");
 }
 
+TEST(SteadyState, AnUncheckedCapacityIsSaidAndDoesNotBlock) {
+  ModelInput in = input();
+  Observed ob;
+  ob.trust = platform::TrustState::kPresent;
+  CapacityVerdict v{false, "CapacityPlanningNotConfigured", "spec.capacityPlanning is not set", {}};
+  v.checked = false;
+  ob.capacity = v;
+  Plan p = plan_steady_state(in, ob, ctx());
+  ASSERT_EQ(p.actions.size(), 2u);
+  EXPECT_EQ(p.actions[0].kind, PlannedAction::Kind::kApplyWorkload);
+  EXPECT_EQ(condition(p, "CapacityFits").status, "Unknown");
+  EXPECT_EQ(condition(p, "CapacityFits").reason, "CapacityPlanningNotConfigured");
+  EXPECT_EQ(condition(p, "Progressing").reason, "Deploying");
+  EXPECT_FALSE(has_event(p, "CapacityPlanningNotConfigured"));
+}
+
 TEST(SteadyState, PodsStuckOnTheirImageAreNamedInReady) {
   ModelInput in = input();
   Observed ob = serving(in, 0);

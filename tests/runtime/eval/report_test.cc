@@ -27,6 +27,10 @@ constexpr const char* kSuite = R"({
     {"id": "json", "kind": "json", "required_keys": ["a"], "prompt": "JSON: {"}
   ]})";
 
+// Usable memory of the GPU the capacity group plans for: room for the planner's reserves (CUDA
+// context and graphs, 1 GiB) and a few thousand sequences of the tiny model.
+constexpr int64_t kMemory = int64_t{2} << 30;
+
 class ReportOnModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -44,7 +48,7 @@ class ReportOnModel : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error().to_string();
     o.suite = *s;
     o.max_context = 512;
-    o.memory_bytes = 64ll << 20;
+    o.memory_bytes = kMemory;
     o.chart_concurrency = 4;
     o.perf_tokens = 8;
     o.progress = [](const std::string& line) { progress_->push_back(line); };
@@ -115,10 +119,16 @@ TEST_F(ReportOnModel, CapacityFollowsTheRuntimesByteArithmetic) {
     const auto& c = r["capacity"];
     const int64_t per_seq = engine::blocks_for_tokens(512) * c["kv_block_bytes"].get<int64_t>() +
                             c["kv_staging_bytes"].get<int64_t>();
-    const int64_t expect = ((64ll << 20) - c["weight_bytes"].get<int64_t>()) / per_seq;
-    EXPECT_EQ(c["max_concurrency"].get<int64_t>(), expect) << r["weight_format"] << "/" << r["kv_dtype"];
-    EXPECT_EQ(c["peak_memory_bytes"].get<int64_t>(), c["weight_bytes"].get<int64_t>() + expect * per_seq);
-    EXPECT_LE(c["peak_memory_bytes"].get<int64_t>(), 64ll << 20);
+    // The peak is weights, the KV pages of the most sequences that fit, the workspace and reserves,
+    // within the memory planned for (that no more fit is checked against `plan` below).
+    const int64_t n = c["max_concurrency"].get<int64_t>();
+    ASSERT_GT(n, 0) << r["weight_format"] << "/" << r["kv_dtype"];
+    EXPECT_EQ(c["peak_memory_bytes"].get<int64_t>(), c["weight_bytes"].get<int64_t>() + n * per_seq +
+                                                         c["workspace_bytes"].get<int64_t>() +
+                                                         c["reserve_bytes"].get<int64_t>());
+    EXPECT_LE(c["peak_memory_bytes"].get<int64_t>(), kMemory);
+    EXPECT_GT(c["reserve_bytes"].get<int64_t>(), int64_t{1} << 30);  // CUDA context and graphs, 512 MiB each
+    EXPECT_GT(c["workspace_bytes"].get<int64_t>(), 0);
     EXPECT_DOUBLE_EQ(c["kv_bytes_per_token"].get<double>(), c["kv_block_bytes"].get<double>() / 16.0);
   }
   // Memory curves rise with context, one per KV dtype, lower bytes per token lower.
@@ -126,6 +136,34 @@ TEST_F(ReportOnModel, CapacityFollowsTheRuntimesByteArithmetic) {
   for (const auto& c : (*json_)["memory_curves"]) {
     const auto& pts = c["points"];
     for (size_t i = 1; i < pts.size(); ++i) EXPECT_GT(pts[i][1].get<int64_t>(), pts[i - 1][1].get<int64_t>());
+  }
+}
+
+// The capacity group is what `infergate-runtime plan --json` prints for the same settings: weights,
+// KV pages, workspace and reserves, the most sequences at the context, and the total at that many.
+TEST_F(ReportOnModel, CapacityIsWhatThePlanCommandPrintsForTheSameSettings) {
+  for (const auto& r : (*json_)["rows"]) {
+    const auto& c = r["capacity"];
+    const std::string combo = r["weight_format"].get<std::string>() + "/" + r["kv_dtype"].get<std::string>();
+    auto out = run_command(
+        {INFERGATE_RUNTIME_BIN, "plan", "--model", (*json_)["model"].get<std::string>(), "--gpu-memory",
+         std::to_string(kMemory), "--weight-format", r["weight_format"].get<std::string>(),
+         "--kv-cache-dtype", r["kv_dtype"].get<std::string>(), "--max-context-length", "512",
+         "--max-concurrency", std::to_string(c["max_concurrency"].get<int64_t>()), "--json"},
+        std::chrono::seconds(60));
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    ASSERT_EQ(out->status.code, 0) << combo << ": " << out->err;
+    auto plan = parse_json(out->out, "plan --json");
+    ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+    const Json& p = *plan;
+    EXPECT_EQ(p["max_concurrency_at_context"], c["max_concurrency"]) << combo << "\n" << p.dump(1);
+    EXPECT_EQ(p["total_bytes"], c["peak_memory_bytes"]) << combo;
+    EXPECT_EQ(p["fits"], true) << combo;
+    EXPECT_EQ(p["weights"]["bytes"], c["weight_bytes"]) << combo;
+    EXPECT_EQ(p["kv_cache"]["block_bytes"], c["kv_block_bytes"]) << combo;
+    EXPECT_EQ(p["kv_cache"]["staging_bytes_per_sequence"], c["kv_staging_bytes"]) << combo;
+    EXPECT_EQ(p["workspace"]["bytes"], c["workspace_bytes"]) << combo;
+    EXPECT_EQ(p["reserves"]["bytes"], c["reserve_bytes"]) << combo;
   }
 }
 

@@ -121,6 +121,18 @@ struct SchedulingSpec {
   std::string runtime_class_name;
 };
 
+// What the capacity planner needs that the rest of the spec does not say: the GPU and the model's
+// architecture (docs/capacity-planning.md, "In the operator"). Tensor parallelism is the GPU count
+// of resources (what the engine adapters pass as their tensor-parallel size). Not part of the pod
+// configuration: changing it re-plans, it rolls no pod.
+struct CapacityPlanningSpec {
+  std::string gpu;         // a planner catalogue name ("h200", "h100", "a100-80gb", ...), or
+  std::string gpu_memory;  // usable memory per GPU: "141GB", "80GiB", "80Gi", "81559Mi"
+  Json model_config;       // the model's config.json values; null: not given
+  // Whether the spec says anything about planning at all.
+  bool configured() const { return !gpu.empty() || !gpu_memory.empty() || !model_config.is_null(); }
+};
+
 struct InferenceModelSpec {
   int32_t replicas = 1;
   ArtifactSpec artifact;
@@ -129,6 +141,7 @@ struct InferenceModelSpec {
   Resources resources;
   RolloutSpec rollout;
   SchedulingSpec scheduling;
+  CapacityPlanningSpec capacity_planning;
 };
 
 // metav1.Condition: lastTransitionTime changes only when status flips.

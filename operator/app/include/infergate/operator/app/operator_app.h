@@ -75,7 +75,7 @@ class OperatorApp {
   std::unique_ptr<platform::KubernetesPlatform> platform_;
   std::unique_ptr<platform::KubernetesModelStore> models_;
   std::unique_ptr<platform::KubernetesEventRecorder> events_;
-  std::unique_ptr<controllers::NoCapacityCheck> capacity_;
+  std::unique_ptr<controllers::CapacityChecker> capacity_;
   std::unique_ptr<controllers::RolloutMetrics> rollout_metrics_;
   std::unique_ptr<controllers::InferenceModelReconciler> reconciler_;
 };

@@ -42,6 +42,9 @@ struct Observed {
   std::optional<platform::JobState> quality_job;    // the running stage's eval job
   std::optional<rollout::GateVerdict> performance;  // measured once the analysis window is over
   std::optional<CapacityVerdict> stage_capacity;    // the next stage's configuration, re-planned
+  // What serves, re-planned when no stage is pending (capacityPlanning may have changed): shown in
+  // CapacityFits, never blocks (it is already running).
+  std::optional<CapacityVerdict> serving_capacity;
 };
 
 struct PlannedAction {

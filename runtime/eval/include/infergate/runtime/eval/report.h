@@ -6,7 +6,8 @@
 //                with the noise-floor row
 //   security     whether the weights were verified while loading, the release digest, verification time
 // rendered as JSON (the data), Markdown (a summary) and HTML with inline SVG charts (memory versus
-// context length per KV dtype; quality versus KV bytes per token).
+// context length per KV dtype; quality versus KV bytes per token). The capacity numbers are the
+// runtime planner's (weights, KV pages, activation workspace and reserves, as `plan` prints them).
 #pragma once
 
 #include <cstdint>
@@ -34,9 +35,10 @@ struct ReportOptions {
                                                       engine::WeightFormat::kInt4};
   std::vector<engine::KvCacheDtype> kv_dtypes = {engine::KvCacheDtype::kF16, engine::KvCacheDtype::kFp8,
                                                  engine::KvCacheDtype::kInt8, engine::KvCacheDtype::kInt4};
-  Suite suite;                    // quality prompts; also the performance prompts
-  int64_t max_context = 0;        // the configured context (0: the model's)
-  int64_t memory_bytes = 0;       // the memory budget max concurrency is computed for (> 0)
+  Suite suite;               // quality prompts; also the performance prompts
+  int64_t max_context = 0;   // the configured context (0: the model's)
+  int64_t memory_bytes = 0;  // usable memory of the GPU the capacity group plans for (> 0), or:
+  std::string gpu;           // a planner catalogue GPU ("h200"): its usable memory, instead of memory_bytes
   int32_t chart_concurrency = 1;  // sequences in the memory-versus-context chart
   int32_t perf_tokens = 32;       // tokens generated per prompt for the performance group
   int32_t perf_repeats = 3;       // times each prompt is generated (the fastest run counts)
@@ -51,13 +53,18 @@ struct ComboResult {
   std::string weight_format;   // "fp16", "int8", "int4"
   std::string kv_dtype;        // "fp16", "fp8", "int8", "int4"
   std::string weights_source;  // the directory, or "quantized from <dir>"
-  // capacity
+  // capacity: the runtime's planner (runtime/planner: the memory model `infergate-runtime plan`
+  // prints) for one GPU of memory_bytes at max_context, in this combination's weight scheme
   int64_t weight_bytes = 0;
   double kv_bytes_per_token = 0;
-  int64_t kv_block_bytes = 0;     // one 16-token block, all layers
-  int64_t kv_staging_bytes = 0;   // per sequence (int4-kivi only)
-  int64_t max_concurrency = 0;    // sequences of max_context tokens that fit in memory_bytes
-  int64_t peak_memory_bytes = 0;  // weights + the KV pool for max_concurrency sequences at max_context
+  int64_t kv_block_bytes = 0;    // one 16-token block, all layers
+  int64_t kv_staging_bytes = 0;  // per sequence (int4-kivi only)
+  int64_t max_concurrency =
+      0;  // sequences of max_context tokens that fit (plan's max_concurrency_at_context)
+  int64_t peak_memory_bytes = 0;  // the plan's total at max(1, max_concurrency) sequences: weights, KV,
+                                  // activation workspace and reserves
+  int64_t workspace_bytes = 0;    // of which the activation workspace of one step
+  int64_t reserve_bytes = 0;      // of which CUDA context, CUDA graphs, NCCL and fragmentation reserves
   // performance (measured), and ratios to fp16/fp16
   double ttft_seconds = 0, tpot_seconds = 0, tokens_per_second = 0;
   double ttft_ratio = 1, tpot_ratio = 1, throughput_ratio = 1;
@@ -74,7 +81,8 @@ struct ComboResult {
 
 struct MemoryCurve {
   std::string kv_dtype;
-  std::vector<std::pair<int64_t, int64_t>> points;  // (context tokens, bytes: fp16 weights + KV)
+  // (context tokens, the plan's total bytes: fp16 weights, KV, workspace and reserves)
+  std::vector<std::pair<int64_t, int64_t>> points;
 };
 
 struct Report {
@@ -82,7 +90,8 @@ struct Report {
   std::string architecture;
   std::string suite;
   int64_t max_context = 0;
-  int64_t memory_bytes = 0;
+  int64_t memory_bytes = 0;  // the usable memory planned for
+  std::string gpu;           // the catalogue GPU it is, or "" for a size given as such
   int32_t chart_concurrency = 1;
   int32_t perf_tokens = 0;
   std::optional<PairMetrics> noise_floor;
