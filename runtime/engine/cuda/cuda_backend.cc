@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -437,8 +438,9 @@ Status CudaBackend::allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t 
                          " KV cache (fp32 is the CPU reference's)")
         .with_reason("UnsupportedCombination");
   }
-  if (num_blocks < 1 || max_sequences < 1)
-    return invalid_argument("allocate_kv: need at least one block and slot");
+  if (num_blocks < 1 || num_blocks > INT32_MAX || max_sequences < 1) {
+    return invalid_argument("allocate_kv: blocks must be in 1..2^31-1 (block ids are int32) and slots >= 1");
+  }
   kv_spec_ = spec;
   num_blocks_ = num_blocks;
   max_sequences_ = max_sequences;

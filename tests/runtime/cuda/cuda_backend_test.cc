@@ -305,7 +305,7 @@ TEST(CudaBackend, RefusesWeightsAndKvThatDoNotFitBeforeServing) {
   ASSERT_TRUE(ok.ok()) << ok.error().to_string();
   const ModelShape& s = (*ok)->shape();
   KvSpec spec{KvCacheDtype::kF16, s.num_layers, s.num_kv_heads, s.head_dim, kBlockTokens};
-  Status st = (*ok)->allocate_kv(spec, int64_t{1} << 31, 4);  // 2^31 blocks of 16 tokens
+  Status st = (*ok)->allocate_kv(spec, int64_t{1} << 30, 4);  // 2^30 blocks: 16 TiB
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().reason(), "KvDoesNotFit");
   EXPECT_FALSE(st.error().details().empty());
