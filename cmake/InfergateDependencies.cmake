@@ -2,6 +2,10 @@
 include_guard(GLOBAL)
 
 find_package(Threads REQUIRED)
+if(INFERGATE_GPU_PORTABLE)
+  # libcrypto.a (SHA-256 for hash-while-load): the GPU machine has no OpenSSL 3 of ours.
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
 find_package(OpenSSL 3 REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
 if(INFERGATE_BUILD_TESTS OR INFERGATE_GPU_PORTABLE)

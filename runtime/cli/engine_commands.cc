@@ -54,6 +54,7 @@ struct GenerateFlags {
   std::vector<std::string> stop;
   int64_t max_context = 0;
   int threads = 0;
+  int32_t tensor_parallel = 1;
   bool json = false;
   bool ignore_eos = false;
 };
@@ -69,6 +70,7 @@ int run_generate(const GenerateFlags& f) {
   config.kv_dtype = *kv;
   config.max_sequences = 1;
   config.device = f.device;
+  config.tensor_parallel = f.tensor_parallel;
   config.threads = f.threads;
   auto smooth = e::parse_smooth_keys(f.smooth_keys);
   if (!smooth.ok()) return fail(smooth.error(), f.json);
@@ -204,7 +206,11 @@ const bool kGenerate = register_command(
        app.add_option(
            "--verified-manifest", f->manifest,
            "SHA256SUMS of the model directory: hash every file while loading, refuse on a mismatch");
-       app.add_option("--device", f->device, "cpu (or auto)")->capture_default_str();
+       app.add_option("--device", f->device, "cpu, cuda, or auto (CUDA when a GPU is present)")
+           ->capture_default_str();
+       app.add_option("--tensor-parallel", f->tensor_parallel, "GPUs to split the model over (--device cuda)")
+           ->capture_default_str()
+           ->check(CLI::Range(1, 64));
        app.add_option("--threads", f->threads, "CPU threads (0: all cores)")->capture_default_str();
        app.add_flag("--json", f->json, "print one JSON object instead of streaming text");
        return [f]() { return run_generate(*f); };

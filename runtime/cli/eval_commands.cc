@@ -47,6 +47,8 @@ struct EvalFlags {
   int32_t top_logprobs = 0;
   bool no_noise_floor = false;
   int threads = 0;
+  std::string device = "cpu";
+  int32_t tensor_parallel = 1;
   double timeout_seconds = 300;
 };
 
@@ -98,6 +100,8 @@ Result<std::unique_ptr<ev::Target>> make_target(const char* side, const SideFlag
   }
   o.max_context = flags.max_context;
   o.threads = flags.threads;
+  o.device = flags.device;
+  o.tensor_parallel = flags.tensor_parallel;
   std::error_code ec;
   if (!std::filesystem::is_directory(o.model_dir, ec)) {
     return not_found("--" + s + " " + f.target + ": neither an http(s):// URL nor a model directory")
@@ -198,6 +202,12 @@ const bool kEval = register_command(
        app.add_flag("--no-noise-floor", f->no_noise_floor,
                     "skip the noise-floor run (the baseline against itself)");
        app.add_option("--threads", f->threads, "model directories: CPU threads (0: the kernels' default)");
+       app.add_option("--device", f->device,
+                      "model directories: cpu, cuda, or auto (CUDA when a GPU is present)")
+           ->capture_default_str();
+       app.add_option("--tensor-parallel", f->tensor_parallel, "model directories: GPUs to split over (cuda)")
+           ->capture_default_str()
+           ->check(CLI::Range(1, 64));
        app.add_option("--request-timeout", f->timeout_seconds, "URLs: seconds per request")
            ->capture_default_str();
        return [f]() { return run_eval_command(*f); };
@@ -210,6 +220,8 @@ struct ReportFlags {
   int64_t max_context = 0;
   int32_t chart_concurrency = 1, perf_tokens = 32, perf_repeats = 3;
   int threads = 0;
+  std::string device = "cpu";
+  int32_t tensor_parallel = 1;
   bool no_verify = false;
 };
 
@@ -257,6 +269,8 @@ int run_report_command(const ReportFlags& f) {
   o.perf_tokens = f.perf_tokens;
   o.perf_repeats = f.perf_repeats;
   o.threads = f.threads;
+  o.device = f.device;
+  o.tensor_parallel = f.tensor_parallel;
   o.verify = !f.no_verify;
   o.progress = [](const std::string& line) { std::cerr << "report " << line << "\n"; };
   auto rep = ev::run_report(o);
@@ -300,6 +314,11 @@ const bool kReport = register_command(
        app.add_option("--perf-repeats", f->perf_repeats, "runs per prompt when timing (the fastest counts)")
            ->capture_default_str();
        app.add_option("--threads", f->threads, "CPU threads (0: the kernels' default)");
+       app.add_option("--device", f->device, "cpu, cuda, or auto (CUDA when a GPU is present)")
+           ->capture_default_str();
+       app.add_option("--tensor-parallel", f->tensor_parallel, "GPUs to split each model over (cuda)")
+           ->capture_default_str()
+           ->check(CLI::Range(1, 64));
        app.add_flag("--no-verify", f->no_verify,
                     "do not hash-while-load against the directories' SHA256SUMS");
        return [f]() { return run_report_command(*f); };

@@ -46,6 +46,11 @@ const bool kServe = register_command(
        app.add_option("--port", o->port, "port (0: any free port; the log line 'listening on' names it)")
            ->capture_default_str()
            ->check(CLI::Range(0, 65535));
+       app.add_option("--device", o->device, "cpu, cuda, or auto (CUDA when a GPU is present)")
+           ->capture_default_str();
+       app.add_option("--tensor-parallel", o->tensor_parallel, "GPUs to split the model over (--device cuda)")
+           ->capture_default_str()
+           ->check(CLI::Range(1, 64));
        app.add_option("--kv-cache-bytes", o->kv_cache_bytes,
                       "KV-cache memory budget in bytes (0: max-concurrency sequences at the full context)")
            ->capture_default_str();

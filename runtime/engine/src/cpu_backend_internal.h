@@ -49,7 +49,6 @@ class CpuBackend final : public Backend {
   // Key channels rescaled by smooth_keys (0 when off or when no channel stands out).
   int64_t smoothed_channels() const { return smoothed_channels_; }
 
- private:
   // A linear layer: a kernels weight (fp16/bf16/int8/int4) or, on the fp32 path, fp32 rows.
   struct Linear {
     kernels::WeightView view;
@@ -63,6 +62,18 @@ class CpuBackend final : public Backend {
     bool fused = false;
   };
 
+  // The loaded weights as host views (mapped or owned by this backend), for the CUDA backend, which
+  // loads the checkpoint through a CpuBackend (same validation, conversion and key smoothing) and
+  // uploads these.
+  const std::vector<Layer>& layers() const { return layers_; }
+  const kernels::MatrixSource& embedding() const { return embed_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const Linear& lm_head() const { return lm_head_; }
+  const kernels::RopeConfig& rope() const { return rope_; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+  float rms_eps() const { return eps_; }
+
+ private:
   Result<std::vector<float>> vector_f32(std::string_view name, int64_t expect) const;
   Result<Linear> load_linear(std::string_view name, int64_t rows, int64_t cols, bool bias);
   // Multiplies row n of l (and its bias) by factor[n] (powers of two: exact), copying what is mapped.

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "infergate/common/log.h"
+#include "infergate/engine/cuda_backend.h"
+#include "infergate/engine/device.h"
 #include "infergate/engine/verified_load.h"
 #include "infergate/runtime/model/model.h"
 
@@ -395,9 +397,11 @@ Result<std::vector<float>> Engine::score(std::span<const int32_t> tokens, int32_
 
 Result<LoadedEngine> load_engine(const EngineConfig& config) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (config.device != "cpu" && config.device != "auto") {
-    return unimplemented("device \"" + config.device + "\" is not available in this build (cpu is)")
-        .with_reason("NoDevice");
+  INFERGATE_ASSIGN_OR_RETURN(const Device device, resolve_device(config.device));
+  if (device == Device::kCpu && config.tensor_parallel != 1) {
+    return invalid_argument("--tensor-parallel " + std::to_string(config.tensor_parallel) +
+                            " needs --device cuda (the CPU backend runs on one host)")
+        .with_reason("InvalidTensorParallel");
   }
   std::optional<ManifestHasher> hasher;
   if (config.verified_manifest) {
@@ -409,11 +413,20 @@ Result<LoadedEngine> load_engine(const EngineConfig& config) {
   auto opened = m::Model::open(config.model_dir, mo);
   if (!opened.ok()) return std::move(opened).error().context("loading " + config.model_dir.string());
   auto model = std::make_shared<const m::Model>(std::move(*opened));
-  CpuBackendOptions bo;
-  bo.weight_format = config.weight_format;
-  bo.threads = config.threads;
-  bo.smooth_keys = smooth_keys_enabled(config.smooth_keys, config.kv_dtype);
-  INFERGATE_ASSIGN_OR_RETURN(auto backend, make_cpu_backend(model, bo));
+  std::unique_ptr<Backend> backend;
+  if (device == Device::kCuda) {
+    CudaBackendOptions co;
+    co.weight_format = config.weight_format;
+    co.tensor_parallel = config.tensor_parallel;
+    co.smooth_keys = smooth_keys_enabled(config.smooth_keys, config.kv_dtype);
+    INFERGATE_ASSIGN_OR_RETURN(backend, make_cuda_backend(model, co));
+  } else {
+    CpuBackendOptions bo;
+    bo.weight_format = config.weight_format;
+    bo.threads = config.threads;
+    bo.smooth_keys = smooth_keys_enabled(config.smooth_keys, config.kv_dtype);
+    INFERGATE_ASSIGN_OR_RETURN(backend, make_cpu_backend(model, bo));
+  }
   EngineOptions eo;
   eo.kv_dtype = config.kv_dtype;
   eo.max_context = config.max_context;

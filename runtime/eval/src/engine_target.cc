@@ -60,6 +60,8 @@ Result<std::unique_ptr<EngineTarget>> EngineTarget::open(const EngineTargetOptio
   config.max_sequences = 1;
   config.verified_manifest = options.verified_manifest;
   config.threads = options.threads;
+  config.device = options.device;
+  config.tensor_parallel = options.tensor_parallel;
   auto loaded = engine::load_engine(config);
   if (!loaded.ok()) return std::move(loaded).error().context("loading " + options.model_dir.string());
   std::string describe = options.model_dir.string() + " (" +

@@ -105,6 +105,8 @@ Result<std::unique_ptr<EngineTarget>> open_target(const WeightDir& w, WeightForm
   eo.kv_dtype = kv;
   eo.max_context = o.max_context;
   eo.threads = o.threads;
+  eo.device = o.device;
+  eo.tensor_parallel = o.tensor_parallel;
   std::error_code ec;
   if (o.verify && std::filesystem::is_regular_file(w.path / "SHA256SUMS", ec))
     eo.verified_manifest = w.path / "SHA256SUMS";

@@ -2,8 +2,12 @@
 #include "infergate/runtime/model/test_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
@@ -365,8 +369,30 @@ Status make_test_model(const TestModelOptions& o) {
     }
     INFERGATE_ASSIGN_OR_RETURN(SafetensorsWriter w,
                                SafetensorsWriter::create(dir / file, specs, {{"format", "pt"}}));
-    for (size_t i : shards[s])
-      INFERGATE_RETURN_IF_ERROR(write_tensor(w, tensors[i], plan_for(tensors[i], o, parsed), o));
+    // Tensors are drawn in parallel: each comes from its own generator (seeded by its name) and goes
+    // to its own byte range (pwrite), so the file is the same for any thread count. A ~1B-parameter
+    // model (the CUDA decode benchmark's) takes minutes on one core.
+    const std::vector<size_t>& todo = shards[s];
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::optional<Error> first_error;
+    auto worker = [&] {
+      for (size_t j = next++; j < todo.size(); j = next++) {
+        const size_t i = todo[j];
+        Status st = write_tensor(w, tensors[i], plan_for(tensors[i], o, parsed), o);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!first_error) first_error = st.error();
+          next = todo.size();
+        }
+      }
+    };
+    const size_t nthreads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < std::min(nthreads, todo.size()); ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    if (first_error) return *first_error;
     INFERGATE_RETURN_IF_ERROR(w.finish());
   }
   if (sharded) {

@@ -348,6 +348,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o,
   ec.kv_budget_bytes = o.kv_cache_bytes;
   ec.verified_manifest = o.verified_manifest;
   ec.device = o.device;
+  ec.tensor_parallel = o.tensor_parallel;
   ec.threads = o.engine_threads;
   auto loaded = engine::load_engine(ec);
   if (!loaded.ok()) {

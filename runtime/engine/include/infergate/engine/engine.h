@@ -199,7 +199,12 @@ struct EngineConfig {
   // with this SHA256SUMS (path of the manifest; its directory must be the model directory's content).
   std::optional<std::filesystem::path> verified_manifest;
   SmoothKeys smooth_keys = SmoothKeys::kAuto;
-  std::string device = "cpu";  // "cpu" or "auto" (issue 12 adds "cuda")
+  // "cpu", "cuda" or "auto" (device.h: auto picks CUDA when a GPU is present; cuda without one is
+  // refused with reason "NoDevice").
+  std::string device = "cpu";
+  // GPUs the model is split over (CUDA only; 1 on the CPU, where anything else is refused with
+  // reason "InvalidTensorParallel").
+  int32_t tensor_parallel = 1;
   int threads = 0;
 };
 

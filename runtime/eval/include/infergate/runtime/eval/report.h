@@ -43,6 +43,8 @@ struct ReportOptions {
   int32_t perf_tokens = 32;       // tokens generated per prompt for the performance group
   int32_t perf_repeats = 3;       // times each prompt is generated (the fastest run counts)
   int threads = 0;
+  std::string device = "cpu";   // where every combination runs: cpu, cuda or auto (engine/device.h)
+  int32_t tensor_parallel = 1;  // GPUs (cuda only)
   // SHA256SUMS to verify each weight directory with while loading; default: <dir>/SHA256SUMS when it
   // exists (a temporary quantized copy has none and is reported as not verified).
   bool verify = true;

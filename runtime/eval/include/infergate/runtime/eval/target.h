@@ -117,6 +117,8 @@ struct EngineTargetOptions {
   int64_t max_context = 0;  // 0: the model's
   std::optional<std::filesystem::path> verified_manifest;
   int threads = 0;
+  std::string device = "cpu";   // cpu, cuda or auto (engine/device.h)
+  int32_t tensor_parallel = 1;  // GPUs (cuda only)
 };
 
 // Tokens are reported as a server reports them (so both kinds of target give the same numbers): their

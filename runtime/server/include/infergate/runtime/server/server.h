@@ -43,8 +43,9 @@ struct ServeOptions {
   std::chrono::milliseconds request_timeout{30'000};
   std::chrono::milliseconds write_timeout{30'000};
   int io_threads = 2;
-  int engine_threads = 0;  // 0: the engine's default
-  std::string device = "cpu";
+  int engine_threads = 0;       // 0: the engine's default
+  std::string device = "cpu";   // cpu, cuda or auto (engine/device.h)
+  int32_t tensor_parallel = 1;  // GPUs the model is split over (cuda only)
   // TESTING AID: see SchedulerOptions::debug_token_delay (serve --debug-token-delay-ms). 0 = off.
   std::chrono::milliseconds debug_token_delay{0};
 };
