@@ -4,11 +4,14 @@
 // attention with fp16-KV attention. Working sets are larger than the last-level cache.
 // It also measures the fp32 FMA peak of the same threads (independent multiply-adds in registers, at
 // the instruction set the ops use) and prints decode attention's multiply-adds as a fraction of it:
-// attention does the same fp32 multiply-adds for every KV format, so a quantized format can only be
-// faster by its bytes where fp16 attention is bound by memory, not by that peak.
+// the exact path does the same fp32 multiply-adds for every KV format, so there a quantized format is
+// faster only by its bytes where fp16 attention is bound by memory. Decode attention over 8 sequences
+// x 4096 tokens, 32/8 heads, head_dim 128 runs for every KV dtype; int8 / int4 / int4-kivi run twice
+// where the CPU has AVX-512 VNNI: the integer path (8-bit q and weights, the default) and the exact one.
 //
 //   kernels_cpu_bench [--benchmark_filter=...]     INFERGATE_KERNELS_THREADS / _ISA apply
 #include <benchmark/benchmark.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -262,22 +265,44 @@ const BenchCache& kv_cache(KvDtype dt) {
   return stored;
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Arg 1: 0 = the exact fp32 path for int8 / int4 KV even where the integer (VNNI) path exists.
 void BM_Attention(benchmark::State& state) {
   const auto dt = static_cast<KvDtype>(state.range(0));
+  const bool int_path = state.range(1) != 0;
   const BenchCache& c = kv_cache(dt);
   std::vector<float> q = normals(kSeqs * kHq * kDim, 1.0f), out(q.size());
+  set_cpu_int_attention(int_path);
+  const bool int_used =
+      cpu_int_attention() && (dt == KvDtype::kInt8 || dt == KvDtype::kInt4 || dt == KvDtype::kInt4Kivi);
+  // CPU time of the whole process (every pool thread) per step, besides wall time: on a shared
+  // machine it does not count the time other processes hold the cores.
+  const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
     Status s = attention_cpu(c.cache, c.batch, contiguous<const float>(q.data(), kSeqs, kHq, kDim),
                              contiguous(out.data(), kSeqs, kHq, kDim));
     benchmark::DoNotOptimize(s.ok());
     benchmark::ClobberMemory();
   }
+  state.counters["cpu_ms"] = 1e3 * (process_cpu_seconds() - cpu0) / static_cast<double>(state.iterations());
+  set_cpu_int_attention(true);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(c.pages.size()));
-  state.SetLabel(std::string(kv_dtype_name(dt)) + " KV, 8 seqs x 4096 tokens, 32/8 heads, d128");
+  state.SetLabel(std::string(kv_dtype_name(dt)) + " KV" +
+                 (int_used ? ", int8 q.k + u8 p.v (VNNI)" : ", fp32"));
 }
 BENCHMARK(BM_Attention)
     ->Name("attention_decode")
-    ->DenseRange(static_cast<int>(KvDtype::kF16), static_cast<int>(KvDtype::kInt4Kivi))
+    ->ArgsProduct({benchmark::CreateDenseRange(static_cast<int>(KvDtype::kF16),
+                                               static_cast<int>(KvDtype::kInt4Kivi), 1),
+                   {1}})
+    ->Args({static_cast<int>(KvDtype::kInt8), 0})
+    ->Args({static_cast<int>(KvDtype::kInt4), 0})
+    ->Args({static_cast<int>(KvDtype::kInt4Kivi), 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(0.5);
@@ -294,26 +319,38 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       }
       const auto it = r.counters.find("bytes_per_second");
       if (it == r.counters.end()) continue;
-      results_.push_back(
-          {r.benchmark_name(), r.report_label, static_cast<double>(it->second), r.GetAdjustedRealTime()});
+      const auto cpu = r.counters.find("cpu_ms");
+      results_.push_back({r.benchmark_name(), r.report_label, static_cast<double>(it->second),
+                          r.GetAdjustedRealTime(),
+                          cpu == r.counters.end() ? 0.0 : static_cast<double>(cpu->second)});
     }
   }
   void print_summary() const {
-    double triad = 0, f16_attn = 0;
+    double triad = 0, f16_attn = 0, f16_cpu = 0;
     for (const auto& r : results_) {
       if (r.name.rfind("triad", 0) == 0) triad = r.bytes_per_second;
-      if (r.name.rfind("attention_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) f16_attn = r.time;
+      if (r.name.rfind("attention_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) {
+        f16_attn = r.time;
+        f16_cpu = r.cpu_ms;
+      }
     }
     std::printf("\nSummary (%s, %d threads): triad %.2f GB/s, fp32 FMA peak %.1f G multiply-adds/s\n",
                 cpu_isa_name(cpu_isa()), cpu_threads(), triad / 1e9, fma_peak_ / 1e9);
-    std::printf("%-62s %10s %10s %12s %12s\n", "op", "GB/s", "of triad", "vs f16 KV", "of FMA peak");
+    std::printf("%-62s %10s %10s %12s %12s %14s\n", "op", "GB/s", "of triad", "vs f16 KV", "of FMA peak",
+                "vs f16 (CPU)");
     for (const auto& r : results_) {
       if (r.name.rfind("triad", 0) == 0) continue;
       std::printf("%-62s %10.2f %9.0f%%", (r.name + " " + r.label).substr(0, 62).c_str(),
                   r.bytes_per_second / 1e9, triad > 0 ? 100.0 * r.bytes_per_second / triad : 0.0);
       if (r.name.rfind("attention_decode", 0) == 0 && f16_attn > 0) {
         std::printf(" %11.2fx", f16_attn / r.time);
-        if (fma_peak_ > 0) std::printf(" %11.0f%%", 100.0 * kAttentionMacs / (r.time * 1e-3) / fma_peak_);
+        // (The integer path does its multiply-adds in int8, not fp32: no fraction of the fp32 peak.)
+        if (fma_peak_ > 0 && r.label.find("VNNI") == std::string::npos) {
+          std::printf(" %11.0f%%", 100.0 * kAttentionMacs / (r.time * 1e-3) / fma_peak_);
+        } else {
+          std::printf(" %12s", "-");
+        }
+        if (f16_cpu > 0 && r.cpu_ms > 0) std::printf(" %13.2fx", f16_cpu / r.cpu_ms);
       }
       std::printf("\n");
     }
@@ -322,7 +359,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
  private:
   struct Result {
     std::string name, label;
-    double bytes_per_second, time;
+    double bytes_per_second, time, cpu_ms;
   };
   std::vector<Result> results_;
   double fma_peak_ = 0;

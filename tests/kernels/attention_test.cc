@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
+#include <sstream>
 #include <vector>
 
 #include "infergate/kernels/cpu.h"
@@ -193,6 +196,159 @@ struct Shape {
   std::vector<int32_t> kv, q;
 };
 
+bool int_dtype(KvDtype dt) {
+  return dt == KvDtype::kInt8 || dt == KvDtype::kInt4 || dt == KvDtype::kInt4Kivi;
+}
+
+// Per-element tolerance of the integer decode path (attn_vnni.cc) against the reference `want`,
+// derived from its two roundings (docs/quant-formats.md, "Integer decode attention"):
+//  - q is quantized per query head to int8 with sq = amax|q * scale| / 127, so each score moves by at
+//    most eps_t = sq/2 * sum_c |k_tc| (kivi: q' = q * d_c quantized per page, eps_t = sq'/2 * sum_c u_tc);
+//    softmax weights then change by factors within e^(+-eps), eps = max_t eps_t, which moves the
+//    output by at most (e^(2 eps) - 1) * max_t |v_tc - o_c|;
+//  - w_t = p_t * (V scale of t) is quantized per chunk of <= 32 tokens to u8 with sw = max w / 255, so
+//    each code product moves by at most sw/2 * |code_tc|; the chunk holding t lies within 31 tokens
+//    of it, so sw <= max_{|t'-t| <= 31} w_t' / 255 (with p normalised to sum 1, times e^(2 eps)).
+//  - plus fp32 rounding: 1e-5 of max|v_c|.
+std::vector<float> int_path_tolerance(const Batch& b, const std::vector<float>& want) {
+  const KvPageLayout& l = b.layout;
+  const int64_t d = l.head_dim, hk = l.num_kv_heads, group = b.num_q_heads / hk, P = l.page_size;
+  const KvPageRegions reg = kv_page_regions(l);
+  const bool int4 = l.dtype != KvDtype::kInt8, kivi = l.dtype == KvDtype::kInt4Kivi;
+  std::vector<float> tol(want.size(), 0.0f);
+  auto f16 = [](const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return static_cast<double>(fp16_to_float(v));
+  };
+  for (size_t s = 0; s < b.kv_len.size(); ++s) {
+    const int64_t kv = b.kv_len[s], q_len = b.q_len[s];
+    std::vector<float> keys(static_cast<size_t>(hk * kv * d)), values(keys.size());
+    for (int64_t pi = 0; pi * P < kv; ++pi) {
+      const int32_t filled = static_cast<int32_t>(std::min<int64_t>(P, kv - pi * P));
+      View3<float> kv3{keys.data() + pi * P * d, hk, filled, d, kv * d, d};
+      View3<float> vv3{values.data() + pi * P * d, hk, filled, d, kv * d, d};
+      EXPECT_TRUE(kv_read_page_ref(b.cache, b.block_table[s * b.max_pages + pi], filled,
+                                   kivi ? b.staging_ids[s] : -1, kv3, vv3)
+                      .ok());
+    }
+    auto page_of = [&](int64_t t) { return b.cache.page(b.block_table[s * b.max_pages + t / P]); };
+    for (int64_t i = 0; i < q_len; ++i) {
+      const int64_t tok = b.q_start[s] + i, visible = kv - q_len + i + 1;
+      for (int64_t hq = 0; hq < b.num_q_heads; ++hq) {
+        const int64_t h = hq / group;
+        const float* qv = b.q.data() + (tok * b.num_q_heads + hq) * d;
+        std::vector<double> qs(static_cast<size_t>(d));
+        double qmax = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          qs[c] = static_cast<double>(qv[c] * b.batch.scale);
+          qmax = std::max(qmax, std::fabs(qs[c]));
+        }
+        // Score error bound and the exact scores.
+        double eps = 0, smax = -1e300;
+        std::vector<double> sc(static_cast<size_t>(visible));
+        for (int64_t t = 0; t < visible; ++t) {
+          const float* kt = keys.data() + (h * kv + t) * d;
+          double dot = 0, absdot = 0, e = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dot += qs[c] * kt[c];
+            absdot += std::fabs(qs[c] * kt[c]);
+          }
+          if (kivi && t < kv / P * P) {  // sealed page: q' = q * d_c, error sq'/2 * sum u
+            const uint8_t* page = page_of(t);
+            double qpmax = 0, usum = 0;
+            for (int64_t c = 0; c < d; ++c) {
+              const uint8_t* prm = page + kv_kivi_param_offset(l, reg.k_params, h, c);
+              const double dc = f16(prm), mc = f16(prm + 2);
+              qpmax = std::max(qpmax, std::fabs(qs[c] * dc));
+              usum += dc > 0 ? std::round((kt[c] - mc) / dc) : 0.0;
+            }
+            e = qpmax / 254 * usum;
+          } else if (!kivi) {
+            double ksum = 0;
+            for (int64_t c = 0; c < d; ++c) ksum += std::fabs(kt[c]);
+            e = qmax / 254 * ksum;
+          }
+          eps = std::max(eps, e + 1e-6 * absdot + 1e-7);
+          sc[t] = dot;
+          smax = std::max(smax, dot);
+        }
+        std::vector<double> p(static_cast<size_t>(visible));
+        double psum = 0;
+        for (int64_t t = 0; t < visible; ++t) psum += (p[t] = std::exp(sc[t] - smax));
+        for (auto& x : p) x /= psum;
+        const double grow = std::exp(2 * eps);
+        // Weights w[t][g] = p_t * V scale and their 63-token window maxima.
+        const int64_t G = int4 ? kv_int4_groups(d) : 1;
+        std::vector<double> w(static_cast<size_t>(visible * G)), wmax(w.size());
+        for (int64_t t = 0; t < visible; ++t) {
+          const uint8_t* page = page_of(t);
+          for (int64_t g = 0; g < G; ++g) {
+            const double sc_v = int4 ? f16(page + kv_int4_param_offset(l, reg.v_params, h, t % P, g))
+                                     : f16(page + kv_int8_param_offset(l, reg.v_params, h, t % P));
+            w[t * G + g] = p[t] * sc_v;
+          }
+        }
+        for (int64_t t = 0; t < visible; ++t) {
+          for (int64_t g = 0; g < G; ++g) {
+            double m = 0;
+            for (int64_t t2 = std::max<int64_t>(0, t - 31); t2 <= std::min(visible - 1, t + 31); ++t2)
+              m = std::max(m, w[t2 * G + g]);
+            wmax[t * G + g] = m;
+          }
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          const double o = want[(tok * b.num_q_heads + hq) * d + c];
+          const int64_t g = int4 ? c / kKvInt4Group : 0;
+          double spread = 0, vabs = 0, wq = 0;
+          for (int64_t t = 0; t < visible; ++t) {
+            const double v = values[(h * kv + t) * d + c];
+            spread = std::max(spread, std::fabs(v - o));
+            vabs = std::max(vabs, std::fabs(v));
+            const uint8_t* page = page_of(t);
+            double code;
+            if (int4) {
+              const uint8_t* prm = page + kv_int4_param_offset(l, reg.v_params, h, t % P, g);
+              const double dv = f16(prm), mv = f16(prm + 2);
+              code = dv > 0 ? std::round((v - mv) / dv) : 0.0;
+            } else {
+              const double dv = f16(page + kv_int8_param_offset(l, reg.v_params, h, t % P));
+              code = dv > 0 ? std::fabs(std::round(v / dv)) : 0.0;
+            }
+            wq += wmax[t * G + g] / 510 * code;
+          }
+          tol[(tok * b.num_q_heads + hq) * d + c] =
+              static_cast<float>((grow - 1) * spread + grow * wq + 1e-5 * vabs + 1e-6);
+        }
+      }
+    }
+  }
+  return tol;
+}
+
+// |got - want| <= tol per element.
+::testing::AssertionResult within(const std::vector<float>& got, const std::vector<float>& want,
+                                  const std::vector<float>& tol, double* worst_ratio = nullptr) {
+  size_t bad = 0;
+  double worst = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, err / tol[i]);
+    if (!(err <= tol[i])) {
+      if (bad < 8)
+        msg << "\n  [" << i << "] got " << got[i] << " want " << want[i] << " tolerance " << tol[i];
+      ++bad;
+    }
+  }
+  if (worst_ratio != nullptr) *worst_ratio = worst;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " beyond the derived bound" << msg.str();
+}
+
+// attention_cpu on every instruction set against the reference: the exact paths within fp32 rounding;
+// on AVX-512 also the integer decode path (when the CPU has VNNI) within its derived bound.
 void check_cpu(Rng& rng, KvDtype dt, const Shape& s, int32_t split) {
   SCOPED_TRACE(::testing::Message() << kv_dtype_name(dt) << " page " << s.page << " heads " << s.hq << "/"
                                     << s.hk << " dim " << s.dim << " split " << split);
@@ -200,13 +356,23 @@ void check_cpu(Rng& rng, KvDtype dt, const Shape& s, int32_t split) {
   b.batch.split_tokens = split;
   std::vector<float> want = b.out_buffer();
   ASSERT_TRUE(attention_ref(b.cache, b.batch, b.qv(), b.ov(want)).ok());
-  testing::for_each_isa([&](CpuIsa) {
-    std::vector<float> got = b.out_buffer();
-    const Status st = attention_cpu(b.cache, b.batch, b.qv(), b.ov(got));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_TRUE(testing::all_finite(got));
-    EXPECT_TRUE(testing::all_close(got, want, 2e-5f, 2e-4f));
+  testing::for_each_isa([&](CpuIsa isa) {
+    for (bool int_path : {false, true}) {
+      set_cpu_int_attention(int_path);
+      if (int_path && (isa != CpuIsa::kAvx512 || !cpu_int_attention())) continue;
+      SCOPED_TRACE(int_path ? "integer decode path" : "exact path");
+      std::vector<float> got = b.out_buffer();
+      const Status st = attention_cpu(b.cache, b.batch, b.qv(), b.ov(got));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(testing::all_finite(got));
+      if (int_path && int_dtype(dt)) {
+        EXPECT_TRUE(within(got, want, int_path_tolerance(b, want)));
+      } else {
+        EXPECT_TRUE(testing::all_close(got, want, 2e-5f, 2e-4f));
+      }
+    }
   });
+  set_cpu_int_attention(true);
 }
 
 TEST(AttentionCpu, MatchesTheReferenceForEveryKvDtypeInDecode) {
@@ -240,6 +406,80 @@ TEST(AttentionCpu, SplitsLongSequencesAndMergesThePiecesExactly) {
   for (KvDtype dt : kAllDtypes) {
     check_cpu(rng, dt, {16, 2, 8, 64, {300, 45}, {1, 1}}, 32);
     check_cpu(rng, dt, {16, 1, 2, 32, {70}, {9}}, 16);  // prefill rows that see different amounts
+  }
+}
+
+// ---- the integer decode path (AVX-512 VNNI, int8 / int4 / int4-kivi KV) ----
+
+bool have_int_path() {
+  set_cpu_int_attention(true);
+  return cpu_isa_detected() == CpuIsa::kAvx512 && cpu_int_attention();
+}
+
+TEST(AttentionCpuInt, StaysWithinTheBoundOfItsEightBitQueryAndWeights) {
+  if (!have_int_path()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the exact path is the only one";
+  Rng rng(408);
+  SCOPED_TRACE(rng.trace());
+  const Shape shapes[] = {
+      {16, 4, 4, 128, {1, 15, 17, 32, 33, 100, 333}, {1, 1, 1, 1, 1, 1, 1}},  // GQA 1, around the chunks
+      {16, 2, 8, 128, {63, 200, 31}, {1, 1, 1}},                       // GQA 4 (Llama-3)
+      {16, 1, 8, 64, {90, 7}, {1, 1}},                                 // GQA 8, head_dim 64
+      {16, 1, 16, 256, {45}, {1}},                                     // 16 query heads, head_dim 256
+      {8, 2, 4, 128, {50, 21}, {1, 1}},                                // 8-token pages: 8-token chunks
+      {4, 1, 3, 128, {13}, {1}},                                       // 4-token pages, 3 query heads
+      {16, 2, 4, 40, {30}, {1}},                                       // a head_dim the path refuses
+  };
+  for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt4Kivi}) {
+    for (const Shape& s : shapes) check_cpu(rng, dt, s, 0);
+    check_cpu(rng, dt, {16, 2, 8, 128, {500, 130}, {1, 1}}, 64);  // split and merged
+  }
+}
+
+TEST(AttentionCpuInt, PeakedSoftmaxStaysFiniteAndWithinTheBound) {
+  if (!have_int_path()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  Rng rng(409);
+  SCOPED_TRACE(rng.trace());
+  for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt4Kivi}) {
+    SCOPED_TRACE(kv_dtype_name(dt));
+    Batch b(rng, {dt, 16, 2, 128}, 8, {300, 77}, {1, 1});
+    for (float& x : b.q) x *= 25.0f;  // scores spread over hundreds: most weights underflow to 0
+    std::vector<float> want = b.out_buffer(), got = b.out_buffer();
+    ASSERT_TRUE(attention_ref(b.cache, b.batch, b.qv(), b.ov(want)).ok());
+    ASSERT_TRUE(attention_cpu(b.cache, b.batch, b.qv(), b.ov(got)).ok());
+    EXPECT_TRUE(testing::all_finite(got));
+    EXPECT_TRUE(within(got, want, int_path_tolerance(b, want)));
+  }
+}
+
+TEST(AttentionCpuInt, AddsLessErrorThanTheKvFormatItself) {
+  if (!have_int_path()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  Rng rng(410);
+  SCOPED_TRACE(rng.trace());
+  // The decode shape of the benchmark, shorter: the error the 8-bit q and weights add (integer path
+  // against the reference over the same pages), next to the error of the KV format itself (the
+  // reference against attention over the unquantized K and V), both as RMS relative to the output;
+  // and the worst fraction of the derived per-element bound used.
+  auto rel_rms = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err += (a[i] - b[i]) * (a[i] - b[i]);
+      ref += b[i] * b[i];
+    }
+    return std::sqrt(err / ref);
+  };
+  for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt4Kivi}) {
+    Batch b(rng, {dt, 16, 8, 128}, 32, {1024, 700}, {1, 1});
+    std::vector<float> want = b.out_buffer(), got = b.out_buffer();
+    ASSERT_TRUE(attention_ref(b.cache, b.batch, b.qv(), b.ov(want)).ok());
+    ASSERT_TRUE(attention_cpu(b.cache, b.batch, b.qv(), b.ov(got)).ok());
+    double worst = 0;
+    EXPECT_TRUE(within(got, want, int_path_tolerance(b, want), &worst));
+    const double added = rel_rms(got, want), format = rel_rms(want, dense_attention(b));
+    std::printf(
+        "[ int path ] %-9s KV format error %.2e, added by 8-bit q and weights %.2e (RMS / RMS output); "
+        "worst error / bound %.3f\n",
+        kv_dtype_name(dt), format, added, worst);
+    EXPECT_LT(added, format) << kv_dtype_name(dt);
   }
 }
 

@@ -77,6 +77,16 @@ struct Kernels {
   void (*bias_add_rows)(View2<float> y, const float* bias, int64_t r0, int64_t r1);
 };
 
+// Integer decode attention over int8 / int4 / int4-kivi KV (attn_vnni.cc): whether this CPU has
+// AVX-512 with VNNI; whether a unit qualifies (decode rows of one token; int8 with head_dim % 64 == 0,
+// int4 and kivi with head_dim % 128 == 0, head_dim <= 1024); the unit itself (scratch of
+// vnni_decode_scratch_floats(head_dim) floats; same outputs as Kernels::attention_unit, with q and the
+// softmax weights quantized to 8 bits).
+bool vnni_decode_available();
+bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u);
+int64_t vnni_decode_scratch_floats(int64_t head_dim);
+void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch);
+
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();    // call only when the CPU has AVX2, FMA and F16C
 const Kernels& avx512_kernels();  // call only when the CPU has AVX-512 F/BW/VL/DQ too

@@ -77,6 +77,25 @@ Status set_cpu_isa(CpuIsa isa) {
   return ok_status();
 }
 
+namespace {
+std::atomic<bool>& int_attention_enabled() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("INFERGATE_KERNELS_INT_ATTENTION");  // NOLINT(concurrency-mt-unsafe)
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }()};
+  return on;
+}
+}  // namespace
+
+void set_cpu_int_attention(bool enabled) {
+  int_attention_enabled().store(enabled, std::memory_order_relaxed);
+}
+
+bool cpu_int_attention() {
+  return int_attention_enabled().load(std::memory_order_relaxed) && cpu_isa() == CpuIsa::kAvx512 &&
+         cpu::vnni_decode_available();
+}
+
 namespace cpu {
 const Kernels& active_kernels() {
   switch (cpu_isa()) {

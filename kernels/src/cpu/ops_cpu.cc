@@ -204,10 +204,19 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
 
   const cpu::Kernels& kern = cpu::active_kernels();
   cpu::AttnJob job{&cache, &b, q, out};
-  const int64_t scratch = cpu::attention_scratch_floats(dim);
+  // Decode units over int8 / int4 KV take the integer path where the CPU has it (cpu.h).
+  const bool int_path = cpu_int_attention();
+  const int64_t scratch =
+      int_path ? std::max(cpu::attention_scratch_floats(dim), cpu::vnni_decode_scratch_floats(dim))
+               : cpu::attention_scratch_floats(dim);
   cpu::pool().run(static_cast<int64_t>(units.size()), [&](int64_t i) {
     std::vector<float>& s = thread_scratch(scratch);
-    kern.attention_unit(job, units[static_cast<size_t>(i)], s.data());
+    const cpu::AttnUnit& u = units[static_cast<size_t>(i)];
+    if (int_path && cpu::vnni_decode_applies(l, group, u)) {
+      cpu::vnni_decode_unit(job, u, s.data());
+    } else {
+      kern.attention_unit(job, u, s.data());
+    }
   });
 
   // Merge the partial softmax states of split tiles: m = max m_i, l = sum l_i e^(m_i - m),

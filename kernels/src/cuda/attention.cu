@@ -152,7 +152,7 @@ __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t bytes2) {
 // 16 consecutive elements of one K or V row (starting at element e0) as 8 packed pairs (elements
 // 2j, 2j+1), dequantized: int8 / fp8 K as exact codes (scale applied by the caller), everything
 // else to values. `tok_scale`: int8 row scale or fp8 head scale (V only); int4: the row's
-// (d, m) for the 32-group holding e0; kivi keys: per-channel (d, m) words for the 16 channels.
+// (d, m) for the 64-group holding e0; kivi keys: per-channel (d, m) words for the 16 channels.
 template <KvDtype DT>
 __device__ __forceinline__ void load16(const uint8_t* row, int64_t e0, bool key, float tok_scale,
                                        uint32_t int4_dm, const uint32_t* kivi_dm, uint32_t (&out)[8]) {

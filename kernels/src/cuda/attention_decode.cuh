@@ -38,7 +38,7 @@ INFERGATE_HD constexpr bool decode_dtype(KvDtype dt) {
 }
 
 // Bytes of one side's parameters for a chunk: int8 fp16 d per token; int4 (d, m) per token and
-// 32-group; fp8 the page's fp32 head scale (4 of 16 bytes used); none for f16 / bf16.
+// 64-group; fp8 the page's fp32 head scale (4 of 16 bytes used); none for f16 / bf16.
 INFERGATE_HD constexpr int64_t chunk_param_bytes(KvDtype dt, int64_t d) {
   return dt == KvDtype::kInt8
              ? kChunk * 2
@@ -129,7 +129,7 @@ INFERGATE_DEV uint32_t i8x2_to_h2_1152(uint32_t u_xor80, int p) {
 
 // 16 consecutive elements of one K row (from element e0) as 8 packed pairs: int8 as 1152 + code, fp8
 // as exact codes (their scales go on the fp32 scores), int4 as d * u + m with the (d, m) word of the
-// 32-group holding e0, f16 / bf16 as they are. (V uses it too, except int8.)
+// 64-group holding e0, f16 / bf16 as they are. (V uses it too, except int8.)
 template <KvDtype DT>
 INFERGATE_DEV void load16(const uint8_t* row, int e0, uint32_t int4_dm, uint32_t (&out)[8]) {
   if constexpr (DT == KvDtype::kF16 || DT == KvDtype::kBF16) {

@@ -58,15 +58,21 @@ __device__ void write_row(const KvPageLayout& l, uint8_t* page, int64_t data, in
     }
     case KvDtype::kInt4:
     case KvDtype::kInt4Kivi: {
+      // A group of kKvInt4Group (64) channels per round: lane i holds channels 2i and 2i+1 of it,
+      // which are the two nibbles of one byte.
+      static_assert(kKvInt4Group == 64, "one channel pair per lane");
       const int64_t groups = kv_int4_groups(d);
       for (int64_t g = 0; g < groups; ++g) {
-        const int64_t c = g * kKvInt4Group + lane;
-        const bool in = c < d;
-        const float v = in ? x[c] : 0.0f;
-        const bool fin = in && isfinite(v);
+        const int64_t c = g * kKvInt4Group + 2 * lane;
+        const bool in0 = c < d, in1 = c + 1 < d;
+        const float v0 = in0 ? x[c] : 0.0f, v1 = in1 ? x[c + 1] : 0.0f;
+        const bool fin0 = in0 && isfinite(v0), fin1 = in1 && isfinite(v1);
         // The finite range; lo = hi = 0 when nothing is finite (as the reference).
-        const bool any = __any_sync(0xFFFFFFFFu, fin);
-        float lo = warp_min(fin ? v : INFINITY), hi = warp_max(fin ? v : -INFINITY);
+        const bool any = __any_sync(0xFFFFFFFFu, fin0 || fin1);
+        float lo = fminf(fin0 ? v0 : INFINITY, fin1 ? v1 : INFINITY);
+        float hi = fmaxf(fin0 ? v0 : -INFINITY, fin1 ? v1 : -INFINITY);
+        lo = warp_min(lo);
+        hi = warp_max(hi);
         if (!any) lo = hi = 0.0f;
         const KvInt4Params p = kv_int4_params(lo, hi);
         if (lane == 0) {
@@ -74,10 +80,10 @@ __device__ void write_row(const KvPageLayout& l, uint8_t* page, int64_t data, in
           st_u16(pp, p.scale);
           st_u16(pp + 2, p.min);
         }
-        const uint32_t code =
-            in ? kv_int4_code(v, fp16_to_float(p.min), safe_inverse(fp16_to_float(p.scale))) : 0u;
-        const uint32_t next = __shfl_down_sync(0xFFFFFFFFu, code, 1);
-        if ((lane & 1) == 0 && in) row[c >> 1] = static_cast<uint8_t>(code | (c + 1 < d ? next << 4 : 0u));
+        const float m = fp16_to_float(p.min), inv = safe_inverse(fp16_to_float(p.scale));
+        const uint32_t code0 = in0 ? kv_int4_code(v0, m, inv) : 0u;
+        const uint32_t code1 = in1 ? kv_int4_code(v1, m, inv) : 0u;
+        if (in0) row[c >> 1] = static_cast<uint8_t>(code0 | (code1 << 4));
       }
       break;
     }

@@ -49,7 +49,7 @@ float get_f32(const uint8_t* p) {
   return v;
 }
 
-// Writes one int4 row of `d` values with per-32-group (d, m) params.
+// Writes one int4 row of `d` values with (d, m) params per group of kKvInt4Group (64) channels.
 void write_int4_row(const float* x, int64_t head_dim, uint8_t* row, uint8_t* params) {
   std::memset(row, 0, static_cast<size_t>(kv_row_bytes(KvDtype::kInt4, head_dim)));
   for (int64_t g = 0; g < kv_int4_groups(head_dim); ++g) {

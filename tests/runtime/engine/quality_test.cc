@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "infergate/kernels/cpu.h"
 #include "testing.h"
 
 namespace infergate::runtime::engine {
@@ -186,6 +187,65 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
   const double kl4 = q[{WeightFormat::kInt4, KvCacheDtype::kF16, true}].mean_kl;
   EXPECT_LT(kl16, kl8);
   EXPECT_LT(kl8, kl4);
+}
+
+// Decode attention over int8 / int4 KV quantizes q and the softmax weights to 8 bits where the CPU
+// has AVX-512 VNNI (kernels/src/cpu/attn_vnni.cc). At head_dim 128, token by token (the decode path
+// that takes it), the engine's agreement with fp32 must stay near that of the exact kernel path.
+TEST(QualityDecode, IntegerDecodeAttentionStaysNearTheExactPathAtHeadDim128) {
+  kernels::set_cpu_int_attention(true);
+  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(m::Architecture::kLlama, 23);
+  o.hidden = 256;
+  o.heads = 2;
+  o.kv_heads = 1;  // head_dim 128, 2 query heads per KV head
+  o.layers = 2;
+  o.vocab = 512;
+  o.outlier_channels = 4;
+  o.dtype = m::DType::kF32;
+  const auto path = make_model(dir.path() / "m", o);
+  auto base = make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32});
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> want;
+  for (const char* t : kTexts) {
+    prompts.push_back(base->tokenize(t));
+    want.push_back(*base->score(prompts.back(), 1));
+  }
+  const size_t v = static_cast<size_t>(base->vocab());
+  auto against_fp32 = [&](KvCacheDtype kv, bool int_path) {
+    kernels::set_cpu_int_attention(int_path);
+    EngineSetup setup{WeightFormat::kF16, kv};
+    setup.smooth_keys = smooth_keys_enabled(SmoothKeys::kAuto, kv);
+    auto e = make_engine(path, setup);
+    QualityAccumulator acc;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto got = e->score(prompts[i], 1);
+      EXPECT_TRUE(got.ok());
+      for (size_t r = 0; r < prompts[i].size(); ++r) {
+        acc.add_logits(std::span<const float>(want[i]).subspan(r * v, v),
+                       std::span<const float>(*got).subspan(r * v, v));
+      }
+    }
+    kernels::set_cpu_int_attention(true);
+    return acc.result();
+  };
+  std::printf(
+      "\n| f16 weights / KV (decode, head_dim 128) | kernel path | top-1 agreement | mean KL "
+      "|\n|---|---|---|---|\n");
+  for (KvCacheDtype kv : {KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi}) {
+    const QualityMetrics exact = against_fp32(kv, false), fast = against_fp32(kv, true);
+    const std::string name(kv_cache_dtype_name(kv));
+    std::printf("| %s | exact fp32 | %.4f | %.2e |\n| %s | int8 q, u8 weights | %.4f | %.2e |\n",
+                name.c_str(), exact.top1_agreement, exact.mean_kl, name.c_str(), fast.top1_agreement,
+                fast.mean_kl);
+    // KL grows with the square of the logit error. The kernel tests bound the error the integer path
+    // adds to at most about the KV format's own (int8) and a tenth of it (int4): the KL may at most
+    // about quadruple for int8 (errors adding up: (1 + 1)^2), and stay within 1.5x for int4.
+    const double factor = kv == KvCacheDtype::kInt8 ? 4.0 : 1.5;
+    EXPECT_LE(fast.mean_kl, factor * exact.mean_kl + 1e-5) << name;
+    EXPECT_GE(fast.top1_agreement, exact.top1_agreement - 0.02) << name;
+  }
 }
 
 TEST_F(QualityMatrix, KeySmoothingLeavesHalfPrecisionCachesBitForBitAlone) {

@@ -66,12 +66,12 @@ TEST(KvModel, Glm4_9BPagesInEveryDtype) {
   EXPECT_EQ(kv("glm-4-9b-chat-hf", KvDtype::kFp8E4M3).page_bytes, 2 * h * p * d + 2 * 16);
   // int8: an fp16 scale per (head, token): 64 bytes each for K and V.
   EXPECT_EQ(kv("glm-4-9b-chat-hf", KvDtype::kInt8).page_bytes, 2 * h * p * d + 2 * h * p * 2);
-  // int4: two values per byte; (fp16 d, fp16 m) per (head, token, 32 dims): 4 groups of 4 bytes.
-  EXPECT_EQ(kv("glm-4-9b-chat-hf", KvDtype::kInt4).page_bytes, 2 * h * p * d / 2 + 2 * h * p * 4 * 4);
+  // int4: two values per byte; (fp16 d, fp16 m) per (head, token, 64 dims): 2 groups of 4 bytes.
+  EXPECT_EQ(kv("glm-4-9b-chat-hf", KvDtype::kInt4).page_bytes, 2 * h * p * d / 2 + 2 * h * p * 2 * 4);
   // int4-kivi: keys per channel, (d, m) per (head, channel); values as int4; fp16 key staging per
   // running sequence for the page still filling.
   KvModel kivi = kv("glm-4-9b-chat-hf", KvDtype::kInt4Kivi);
-  EXPECT_EQ(kivi.page_bytes, 2 * h * p * d / 2 + h * d * 4 + h * p * 4 * 4);
+  EXPECT_EQ(kivi.page_bytes, 2 * h * p * d / 2 + h * d * 4 + h * p * 2 * 4);
   EXPECT_EQ(kivi.staging_bytes_per_layer, h * p * d * 2);
   EXPECT_EQ(kivi.staging_bytes(), 40 * h * p * d * 2);
   EXPECT_EQ(kivi.bytes_for(3, 100), 3 * (7 * 40 * kivi.page_bytes + 40 * h * p * d * 2))
@@ -94,10 +94,10 @@ TEST(KvModel, DeepseekV3CachesTheLatentRowWithoutHeadsOrFactorTwo) {
   EXPECT_EQ(m.values_per_token_per_layer, 576);
   EXPECT_EQ(m.page_bytes, 16 * 576 * 2);
   EXPECT_EQ(m.bytes_per_token(), 61.0 * 576 * 2);
-  // fp8: one fp32 scale (padded to 16); int8: an fp16 scale per token; int4: 18 groups of 32 per token.
+  // fp8: one fp32 scale (padded to 16); int8: an fp16 scale per token; int4: 9 groups of 64 per token.
   EXPECT_EQ(kv("deepseek-v3", KvDtype::kFp8E4M3).page_bytes, 16 * 576 + 16);
   EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt8).page_bytes, 16 * 576 + 16 * 2);
-  EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt4).page_bytes, 16 * 288 + 16 * 18 * 4);
+  EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt4).page_bytes, 16 * 288 + 16 * 9 * 4);
   KvModel kivi = kv("deepseek-v3", KvDtype::kInt4Kivi);
   EXPECT_EQ(kivi.page_bytes, 16 * 288 + 576 * 4);
   EXPECT_EQ(kivi.staging_bytes_per_layer, 16 * 576 * 2);

@@ -49,7 +49,7 @@ Status dequantize_weight_ref(const WeightView& w, View2<float> out);
 
 // Writes a.k / a.v rows into their pages (and, for kInt4Kivi, staging windows), quantizing:
 //   f16/bf16: round to nearest even.   fp8: code = e4m3(x / s[h]), saturating at +-448.
-//   int8: d = amax / 127 per (head, token).   int4: (d, m) per (head, token, 32-group): x = d*u + m.
+//   int8: d = amax / 127 per (head, token).   int4: (d, m) per (head, token, 64-group): x = d*u + m.
 //   int4-kivi: V as int4; K rounded to fp16 into the staging window, quantized per (head, channel)
 //   over the page's page_size tokens when the page's last slot is written.
 // Non-finite inputs follow the policy in formats.h (scales from finite values, NaN as 0, inf saturates).

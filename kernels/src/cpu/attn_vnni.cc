@@ -1,0 +1,792 @@
+// Decode attention over int8, int4 and int4-kivi KV pages with 8-bit integer dot products (AVX-512
+// VNNI, vpdpbusd: 64 u8 x s8 products summed into 16 int32 lanes per instruction). The exact path
+// (kernels_impl.inc) converts every K and V element to fp32 and does 2 x head_dim fp32 multiply-adds
+// per (query head, token); on a CPU whose FMA rate is below its memory bandwidth that is the bound,
+// whatever the KV format. Here the codes stay integers:
+//
+//   QK: q (scaled by the softmax scale) is quantized per query head to int8, q = sq * qc
+//       (sq = amax|q| / 127, rne). K is transposed 16 tokens at a time so that lane t of a vector holds
+//       4 consecutive bytes of token t, and each instruction adds 4 channels of 16 tokens:
+//         int8 K (k = dk * kc):   s = sq dk (sum_c (kc + 128) qc - 128 sum_c qc)     (kc xor 0x80 is u8)
+//         int4 K (k = d u + m):   s = sq sum_g (d_g sum_{c in g} u_c qc + m_g sum_{c in g} qc)
+//         kivi K (k = d_c u + m_c per channel of the page): q' = q * d_c is quantized per page,
+//                                 s = sq' sum_c u_c q'c + sum_c q_c m_c
+//   softmax: fp32, online over chunks of 32 tokens (running max and sum per query head).
+//   PV: w_t = p_t * (token's V scale d_t, per group for int4) >= 0 is quantized per (head, chunk,
+//       group) to u8, w = sw * wc (sw = max w / 255, rne), and V is interleaved 4 tokens per 32-bit
+//       lane (byte unpacks) so that one instruction adds 4 tokens of 16 channels:
+//         int8 V: o_c += sw sum_t wc_t vc_tc          int4 V: o_c += sw_g sum_t wc_t u_tc + sum_t p_t m_tg
+//       The int32 chunk sums become fp32 once per chunk.
+// Every K and V row is read once for all query heads of its group (the unit's rows). The error this
+// adds (q to 8 bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                               \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
+namespace infergate::kernels::cpu {
+namespace isa_vnni {
+#include "simd_avx512.inc"
+
+using I = __m512i;
+constexpr int64_t kHalf = 16;  // tokens per K tile: one int32 / fp32 lane each
+constexpr int64_t kTok = 32;   // tokens per chunk (two K tiles): one softmax update and weight scale
+
+alignas(64) const uint8_t kZeroRow[1024] = {};
+
+static inline I vi_zero() { return _mm512_setzero_si512(); }
+static inline I vi_load(const void* p) { return _mm512_loadu_si512(p); }
+static inline void vi_store(void* p, I v) { _mm512_storeu_si512(p, v); }
+static inline I vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline int32_t load_i32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+static inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  __builtin_memcpy(&v, p, 2);
+  return v;
+}
+// acc + sum of 4 products of bytes: a as u8, b as s8, per int32 lane.
+static inline I dp(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }
+
+// r[t] (16 dwords of token t) -> r[j] = dword j of every token (lane t).
+static inline void transpose16(I* r) {
+  I t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int a = 0; a < 4; ++a) {  // per 128-bit lane L: u[4a + c] = rows 4a..4a+3 of column 4L + c
+    u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+    u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+    u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+    u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const I v = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), w = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+    const I v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+    const I w2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_i32x4(v, v2, 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(v, v2, 0xDD);
+    r[4 + c] = _mm512_shuffle_i32x4(w, w2, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(w, w2, 0xDD);
+  }
+}
+
+// 64 bytes of 4 tokens -> 4 vectors whose 32-bit lane (L, i) (128-bit lane L, dword i) of vector k holds
+// byte 16 L + 4 k + i of the 4 tokens, in token order.
+static inline void interleave4(I x0, I x1, I x2, I x3, I* e) {
+  const I a = _mm512_unpacklo_epi8(x0, x1), b = _mm512_unpackhi_epi8(x0, x1);
+  const I c = _mm512_unpacklo_epi8(x2, x3), d = _mm512_unpackhi_epi8(x2, x3);
+  e[0] = _mm512_unpacklo_epi16(a, c);
+  e[1] = _mm512_unpackhi_epi16(a, c);
+  e[2] = _mm512_unpacklo_epi16(b, d);
+  e[3] = _mm512_unpackhi_epi16(b, d);
+}
+
+// Codes qc = rne(x / s), s = amax|x| / 127, for d (a multiple of 16) values; returns s (0 when all are 0).
+static float quantize_s8(const float* x, int64_t d, int8_t* qc) {
+  V am = vzero();
+  for (int64_t k = 0; k < d; k += kW) am = _mm512_max_ps(am, _mm512_abs_ps(vload(x + k)));
+  const float amax = _mm512_reduce_max_ps(am);
+  if (!(amax > 0.0f) || !std::isfinite(amax)) {  // all zero (or not finite: give 0, not NaN codes)
+    std::memset(qc, 0, static_cast<size_t>(d));
+    return 0.0f;
+  }
+  const V inv = vset1(127.0f / amax);
+  for (int64_t k = 0; k < d; k += kW) {
+    const I q = _mm512_cvtps_epi32(vmul(vload(x + k), inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qc + k), _mm512_cvtsepi32_epi8(q));
+  }
+  return amax / 127.0f;
+}
+
+// int4 rows hold element 2b in the low nibble of byte b and 2b + 1 in the high one, so the codes of q
+// are split into its even and odd elements (64 at a time -> 32 + 32).
+static void split_even_odd(const int8_t* qc, int64_t d, int8_t* even, int8_t* odd) {
+  for (int64_t k = 0; k < d; k += 64) {
+    const I x = vi_load(qc + k);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(even + k / 2), _mm512_cvtepi16_epi8(x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(odd + k / 2),
+                        _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 8)));
+  }
+}
+
+// Sum of n (a multiple of 64) int8 codes.
+static int32_t sum_s8(const int8_t* qc, int64_t n) {
+  I acc = vi_zero();
+  const I ones = _mm512_set1_epi8(1);
+  for (int64_t k = 0; k < n; k += 64) acc = dp(acc, ones, vi_load(qc + k));
+  return _mm512_reduce_add_epi32(acc);
+}
+
+// fp16 (d, m) pairs at base + 4 (t * stride + g) for the chunk's tokens t < n, as fp32 vectors (lane t).
+static inline void gather_dm(const uint8_t* base, int64_t stride, int64_t g, int64_t n, V* d, V* m) {
+  const __mmask16 k = static_cast<__mmask16>((1u << n) - 1u);
+  const I idx = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         vi_set1(static_cast<int32_t>(stride))),
+      vi_set1(static_cast<int32_t>(g)));
+  const I x = _mm512_mask_i32gather_epi32(vi_zero(), k, idx, base, 4);
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+  *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+}
+// The (d, m) pairs of every group g < groups of the chunk's tokens t < n ([t][g] contiguous at base):
+// d[g], m[g] with lane t. Two groups (head_dim 128) by two loads and a de-interleave; more by gathers.
+static inline void load_dm(const uint8_t* base, int64_t groups, int64_t n, V* d, V* m) {
+  if (groups == 2) {
+    const uint32_t bits = static_cast<uint32_t>((uint64_t{1} << (2 * n)) - 1u);
+    const I a = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(bits & 0xFFFFu), base);
+    const I b = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(bits >> 16), base + 64);
+    const I x0 = _mm512_permutex2var_epi32(
+        a, _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0), b);
+    const I x1 = _mm512_permutex2var_epi32(
+        a, _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1), b);
+    d[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x0));
+    m[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x0, 16)));
+    d[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x1));
+    m[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x1, 16)));
+    return;
+  }
+  for (int64_t g = 0; g < groups; ++g) gather_dm(base, groups, g, n, &d[g], &m[g]);
+}
+// n fp16 values (contiguous) as an fp32 vector; lanes >= n are 0.
+static inline V load_f16_n(const uint8_t* p, int64_t n) {
+  const __mmask16 k = static_cast<__mmask16>((1u << n) - 1u);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
+
+// u8 codes of w >= 0 (32 tokens: w0 lanes 0-15, w1 16-31) with one scale: wc = rne(w / sw),
+// sw = max w / 255; returns sw.
+static inline float quantize_u8(V w0, V w1, uint8_t* out) {
+  const float wmax = _mm512_reduce_max_ps(_mm512_max_ps(w0, w1));
+  if (!(wmax > 0.0f)) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_setzero_si256());
+    return 0.0f;
+  }
+  const V inv = vset1(255.0f / wmax);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm512_cvtusepi32_epi8(_mm512_cvtps_epu32(vmul(w0, inv))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                   _mm512_cvtusepi32_epi8(_mm512_cvtps_epu32(vmul(w1, inv))));
+  return wmax / 255.0f;
+}
+
+// Everything one unit keeps between chunks (in the caller's scratch).
+struct State {
+  int64_t d = 0, groups = 0, rows = 0;
+  float* qf = nullptr;      // [rows][d] q * scale (fp32): kivi re-quantizes it per page
+  int8_t* qc = nullptr;     // [rows][d] int8: codes; int4/kivi: even codes [d/2] then odd codes [d/2]
+  float* sq = nullptr;      // [rows] q scale (kivi: of the current page's q')
+  int32_t* corr = nullptr;  // [rows] int8: 128 * sum of codes
+  int32_t* qg = nullptr;    // [rows][groups] int4: sum of codes per group
+  float* bias = nullptr;    // [rows] kivi: q . m of the current page
+  I* kt = nullptr;          // K of one 16-token tile transposed (d / 4 vectors)
+  I* vt = nullptr;          // V of the chunk interleaved (d / 2 vectors: [sub][8 token quads][4])
+  uint8_t* wc = nullptr;    // [rows][groups][32] weight codes of the chunk
+  I* wv = nullptr;          // int4: [rows][d / 128][8] the codes as vpdpbusd operands (see v_accumulate)
+  float* sw = nullptr;      // [rows][groups] weight scales of the chunk
+  float* o = nullptr;       // [rows][d] output in the interleaved channel order
+  float* macc = nullptr;    // [rows][groups][16] int4 V: sum_t p_t m_tg per lane
+  float* lsum = nullptr;    // [rows][16] sum of p per lane
+  float* mx = nullptr;      // [rows] running max
+  float* alpha = nullptr;   // [rows] rescale of the chunk
+  float* s = nullptr;       // [rows][32] scores of the chunk, then its weights p
+};
+
+static uint8_t* align64(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+}
+
+// groups: 64-channel groups of an int4 row, 1 for int8.
+static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
+  State st;
+  st.d = d;
+  st.groups = groups;
+  st.rows = rows;
+  constexpr int64_t R = kAttnMaxRows;
+  const int64_t G = st.groups > 0 ? st.groups : 1;
+  uint8_t* p = align64(base);
+  auto take = [&p](int64_t bytes) {
+    uint8_t* r = p;
+    p = align64(p + bytes);
+    return r;
+  };
+  st.qf = reinterpret_cast<float*>(take(R * d * 4));
+  st.qc = reinterpret_cast<int8_t*>(take(R * d));
+  st.sq = reinterpret_cast<float*>(take(R * 4));
+  st.corr = reinterpret_cast<int32_t*>(take(R * 4));
+  st.qg = reinterpret_cast<int32_t*>(take(R * G * 4));
+  st.bias = reinterpret_cast<float*>(take(R * 4));
+  st.kt = reinterpret_cast<I*>(take(d / 4 * 64));
+  st.vt = reinterpret_cast<I*>(take(d / 2 * 64));
+  st.wc = take(R * G * 32);
+  st.wv = reinterpret_cast<I*>(take(R * (d / 128 + 1) * 8 * 64));
+  st.sw = reinterpret_cast<float*>(take(R * G * 4));
+  st.o = reinterpret_cast<float*>(take(R * d * 4));
+  st.macc = reinterpret_cast<float*>(take(R * G * 16 * 4));
+  st.lsum = reinterpret_cast<float*>(take(R * 16 * 4));
+  st.mx = reinterpret_cast<float*>(take(R * 4));
+  st.alpha = reinterpret_cast<float*>(take(R * 4));
+  st.s = reinterpret_cast<float*>(take(R * 32 * 4));
+  return st;
+}
+
+// ---- K side: scores of the chunk (st.s[r], lane t) ----
+
+// int8 K: 16 rows of d bytes -> kt[b * 16 + j] (b: 64-byte block) = dword j of block b of every token,
+// xor 0x80 (kc + 128, unsigned).
+static void k_int8_transpose(const uint8_t* const* rows, int64_t d, I* kt, const uint8_t* pf,
+                             int64_t pf_bytes) {
+  const I flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < d / 64; ++b) {
+    I r[16];
+    for (int t = 0; t < 16; ++t) {
+      r[t] = vi_load(rows[t] + 64 * b);
+      const int64_t off = (b * 16 + t) * 64;
+      if (off < pf_bytes) __builtin_prefetch(pf + off, 0, 3);
+    }
+    transpose16(r);
+    for (int j = 0; j < 16; ++j) vi_store(kt + b * 16 + j, _mm512_xor_si512(r[j], flip));
+  }
+}
+
+// int4 K: 16 rows of d/2 bytes -> for 64-byte block b and dword j: kt[(b * 16 + j) * 2] = low nibbles
+// (channels 128 b + 8 j + {0, 2, 4, 6}), kt[... + 1] = high nibbles (the odd channels).
+static void k_int4_transpose(const uint8_t* const* rows, int64_t d, I* kt, const uint8_t* pf,
+                             int64_t pf_bytes) {
+  const I lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < d / 128; ++b) {
+    I r[16];
+    for (int t = 0; t < 16; ++t) {
+      r[t] = vi_load(rows[t] + 64 * b);
+      const int64_t off = (b * 16 + t) * 64;
+      if (off < pf_bytes) __builtin_prefetch(pf + off, 0, 3);
+    }
+    transpose16(r);
+    for (int j = 0; j < 16; ++j) {
+      vi_store(kt + (b * 16 + j) * 2, _mm512_and_si512(r[j], lo4));
+      vi_store(kt + (b * 16 + j) * 2 + 1, _mm512_and_si512(_mm512_srli_epi16(r[j], 4), lo4));
+    }
+  }
+}
+
+// Integer dot products of R query rows (codes from row r0) with the transposed chunk. int8: acc[r] =
+// sum over all channels. int4 (PER_GROUP): acc[r * groups + g] per 64-channel group g. kivi: one sum.
+template <int R, bool INT4>
+static void k_dots(const State& st, int64_t r0, I* acc) {
+  const int64_t d = st.d;
+  if constexpr (!INT4) {
+    I a0[R], a1[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = vi_zero();
+    for (int64_t j = 0; j < d / 4; j += 2) {
+      const I k0 = vi_load(st.kt + j), k1 = vi_load(st.kt + j + 1);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = st.qc + (r0 + r) * d;
+        a0[r] = dp(a0[r], k0, vi_set1(load_i32(q + 4 * j)));
+        a1[r] = dp(a1[r], k1, vi_set1(load_i32(q + 4 * j + 4)));
+      }
+    }
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_add_epi32(a0[r], a1[r]);
+  } else {
+    // Block b = 128 channels = groups 2b (dwords j < 8) and 2b + 1; low and high nibbles in separate
+    // chains so that 4 R chains are in flight.
+    for (int64_t b = 0; b < d / 128; ++b) {
+      for (int64_t h = 0; h < 2; ++h) {
+        I lo[R], hi[R];
+        for (int r = 0; r < R; ++r) lo[r] = hi[r] = vi_zero();
+        for (int64_t j = 8 * h; j < 8 * h + 8; ++j) {
+          const I kl = vi_load(st.kt + (b * 16 + j) * 2), kh = vi_load(st.kt + (b * 16 + j) * 2 + 1);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* even = st.qc + (r0 + r) * d;
+            const int8_t* odd = even + d / 2;
+            lo[r] = dp(lo[r], kl, vi_set1(load_i32(even + 4 * (b * 16 + j))));
+            hi[r] = dp(hi[r], kh, vi_set1(load_i32(odd + 4 * (b * 16 + j))));
+          }
+        }
+        for (int r = 0; r < R; ++r) acc[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo[r], hi[r]);
+      }
+    }
+  }
+}
+
+// ---- the unit ----
+
+struct Chunk {
+  const uint8_t* krow[kTok];
+  const uint8_t* vrow[kTok];
+};
+
+static void softmax_rows(const State& st, int64_t n) {
+  const uint32_t live = static_cast<uint32_t>((uint64_t{1} << n) - 1u);
+  for (int64_t r = 0; r < st.rows; ++r) {
+    float* sr = st.s + r * kTok;
+    const V s0 = _mm512_mask_blend_ps(static_cast<__mmask16>(live & 0xFFFFu), vset1(-INFINITY), vload(sr));
+    const V s1 = _mm512_mask_blend_ps(static_cast<__mmask16>(live >> 16), vset1(-INFINITY), vload(sr + 16));
+    const float cmax = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+    const float mold = st.mx[r];
+    const float mnew = cmax > mold ? cmax : mold;
+    st.alpha[r] = mold == -INFINITY ? 0.0f : (mnew == mold ? 1.0f : std::exp(mold - mnew));
+    st.mx[r] = mnew;
+    const V mv = vset1(mnew);
+    const V p0 = vexp(vsub(s0, mv)), p1 = vexp(vsub(s1, mv));
+    vstore(sr, p0);  // the scores become the weights p
+    vstore(sr + 16, p1);
+    vstore(st.lsum + r * 16, vfma(vload(st.lsum + r * 16), vset1(st.alpha[r]), vadd(p0, p1)));
+  }
+}
+
+// o (R rows, sub-slice `sub` of 4 vectors) = o * alpha + sw * (int32 sums over the chunk's weight
+// codes and the interleaved V).
+template <int R, bool INT4>
+static void v_accumulate(const State& st, int64_t r0, int64_t sub) {
+  I acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < 4; ++k) acc[r][k] = vi_zero();
+  }
+  // int4: lanes of 128-bit lanes 0-1 take group g0, of 2-3 group g0 + 1 (sub-slice = 128 channels'
+  // even or odd half).
+  const int64_t g0 = INT4 ? 2 * (sub / 2) : 0;
+  for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+    const I* v = st.vt + (sub * 8 + tb) * 4;
+    const I v0 = vi_load(v), v1 = vi_load(v + 1), v2 = vi_load(v + 2), v3 = vi_load(v + 3);
+    for (int r = 0; r < R; ++r) {
+      I w;
+      if constexpr (INT4) {
+        w = vi_load(st.wv + ((r0 + r) * (st.d / 128) + sub / 2) * 8 + tb);
+      } else {
+        w = vi_set1(load_i32(st.wc + (r0 + r) * 32 + 4 * tb));
+      }
+      acc[r][0] = dp(acc[r][0], w, v0);
+      acc[r][1] = dp(acc[r][1], w, v1);
+      acc[r][2] = dp(acc[r][2], w, v2);
+      acc[r][3] = dp(acc[r][3], w, v3);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* sw = st.sw + (r0 + r) * st.groups + g0;
+    const V swv = INT4 ? _mm512_mask_blend_ps(0xFF00, vset1(sw[0]), vset1(sw[1])) : vset1(sw[0]);
+    const float alpha = st.alpha[r0 + r];
+    float* o = st.o + (r0 + r) * st.d + sub * 64;
+    for (int k = 0; k < 4; ++k) {
+      V ov = vload(o + 16 * k);
+      if (alpha != 1.0f) ov = vmul(ov, vset1(alpha));
+      vstore(o + 16 * k, vfma(_mm512_cvtepi32_ps(acc[r][k]), swv, ov));
+    }
+  }
+}
+
+template <bool INT4>
+static void v_all(const State& st) {
+  const int64_t subs = st.d / 64;
+  for (int64_t sub = 0; sub < subs; ++sub) {
+    int64_t r = 0;
+    for (; r + 4 <= st.rows; r += 4) v_accumulate<4, INT4>(st, r, sub);
+    switch (st.rows - r) {
+      case 3: v_accumulate<3, INT4>(st, r, sub); break;
+      case 2: v_accumulate<2, INT4>(st, r, sub); break;
+      case 1: v_accumulate<1, INT4>(st, r, sub); break;
+      default: break;
+    }
+  }
+}
+
+template <bool INT4>
+static void k_all(const State& st, I* acc) {
+  int64_t r = 0;
+  const int64_t per = INT4 ? st.groups : 1;
+  for (; r + 4 <= st.rows; r += 4) k_dots<4, INT4>(st, r, acc + r * per);
+  switch (st.rows - r) {
+    case 3: k_dots<3, INT4>(st, r, acc + r * per); break;
+    case 2: k_dots<2, INT4>(st, r, acc + r * per); break;
+    case 1: k_dots<1, INT4>(st, r, acc + r * per); break;
+    default: break;
+  }
+}
+
+// Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
+static inline int64_t channel_of(bool int4, int64_t pos) {
+  const int64_t sub = pos / 64, k = pos % 64 / 16, lane = pos % 16, L = lane / 4, i = lane % 4;
+  const int64_t b = 16 * L + 4 * k + i;  // byte of the 64-byte slice
+  return int4 ? 128 * (sub / 2) + 2 * b + sub % 2 : 64 * sub + b;
+}
+
+void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
+  const KvCache& cache = *j.cache;
+  const AttentionBatch& b = *j.batch;
+  const KvPageLayout& l = cache.layout;
+  const KvDtype dt = l.dtype;
+  const bool int4 = dt != KvDtype::kInt8, kivi = dt == KvDtype::kInt4Kivi;
+  const int64_t d = l.head_dim, psize = l.page_size, group = b.num_q_heads / l.num_kv_heads;
+  const int64_t q0 = b.q_start[u.seq], q_len = b.q_start[u.seq + 1] - q0, kv_len = b.kv_len[u.seq];
+  const int64_t token = u.row0 / group;
+  State st = carve(reinterpret_cast<uint8_t*>(scratch), d, u.nrows, int4 ? kv_int4_groups(d) : 1);
+  const int64_t G = st.groups;
+  const KvPageRegions reg = kv_page_regions(l);
+  const int64_t rb = kv_row_bytes(dt, d);
+
+  for (int64_t r = 0; r < st.rows; ++r) {
+    const int64_t hq = u.kv_head * group + (u.row0 + r) % group;
+    const float* qv = j.q.at(q0 + token, hq);
+    float* qf = st.qf + r * d;
+    const V sc = vset1(b.scale);
+    for (int64_t c = 0; c < d; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
+    if (!kivi) {
+      alignas(64) int8_t codes[1024];
+      st.sq[r] = quantize_s8(qf, d, int4 ? codes : st.qc + r * d);
+      if (int4) {
+        split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
+        for (int64_t g = 0; g < G; ++g) st.qg[r * G + g] = sum_s8(codes + 64 * g, 64);
+      } else {
+        st.corr[r] = 128 * sum_s8(st.qc + r * d, d);
+      }
+    }
+    for (int64_t c = 0; c < d; c += kW) vstore(st.o + r * d + c, vzero());
+    for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
+    vstore(st.lsum + r * 16, vzero());
+    st.mx[r] = -INFINITY;
+  }
+
+  int64_t kv_end = kv_len - q_len + token + 1;
+  if (kv_end > u.kv1) kv_end = u.kv1;
+  const int64_t sealed = kv_len / psize * psize;  // kivi keys before this are in pages
+  const uint16_t* window =
+      kivi && kv_len % psize != 0
+          ? reinterpret_cast<const uint16_t*>(cache.staging_window(b.staging_ids[u.seq])) +
+                u.kv_head * psize * d
+          : nullptr;
+  const int32_t* table = b.block_table + int64_t{u.seq} * b.max_pages_per_seq;
+  int64_t kivi_page = -1;
+  I acc[kAttnMaxRows * 16];  // K dot products: [rows][groups] (int4) or [rows]
+  Chunk c;
+  for (int64_t kv = u.kv0; kv < kv_end;) {
+    // A chunk: up to 32 tokens, across pages.
+    int64_t n = kv_end - kv < kTok ? kv_end - kv : kTok;
+    // kivi: every 16-token tile within one page (its keys use that page's channel scales).
+    if (kivi && psize % kHalf != 0 && psize - kv % psize < n) n = psize - kv % psize;
+    for (int64_t t = 0; t < kTok; ++t) {
+      if (t < n) {
+        const uint8_t* pg = cache.page(table[(kv + t) / psize]);
+        const int64_t slot = (kv + t) % psize;
+        c.krow[t] = pg + kv_row_offset(l, reg.k_data, u.kv_head, slot);
+        c.vrow[t] = pg + kv_row_offset(l, reg.v_data, u.kv_head, slot);
+      } else {
+        c.krow[t] = c.vrow[t] = kZeroRow;
+      }
+    }
+    // The tiles of 16 tokens: where their scales are (a tile may straddle two pages only when pages
+    // are shorter than 16 tokens; then its scales are read token by token).
+    const int64_t halves = (n + kHalf - 1) / kHalf;
+    // The chunk after next, per 16-token tile (the part of it in the tile's first page): its scales
+    // now, its K and V rows one line per row loaded here (pages are scattered, so the hardware
+    // prefetcher stops at each; a burst of prefetches would stall on the line fill buffers).
+    const uint8_t* pfk[2] = {nullptr, nullptr};
+    const uint8_t* pfv[2] = {nullptr, nullptr};
+    int64_t pf_bytes[2] = {0, 0};
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t ahead = kv + n + kTok + kHalf * h;
+      if (ahead >= kv_end) break;
+      const uint8_t* pf = cache.page(table[ahead / psize]);
+      const int64_t pt = ahead % psize;
+      int64_t pn = psize - pt < kHalf ? psize - pt : kHalf;
+      if (kv_end - ahead < pn) pn = kv_end - ahead;
+      pfk[h] = pf + kv_row_offset(l, reg.k_data, u.kv_head, pt);
+      pfv[h] = pf + kv_row_offset(l, reg.v_data, u.kv_head, pt);
+      pf_bytes[h] = pn * rb;
+      const int64_t pb = int4 ? pn * G * 4 : pn * 2;
+      const uint8_t* kp = pf + (int4 ? kv_int4_param_offset(l, reg.k_params, u.kv_head, pt, 0)
+                                     : kv_int8_param_offset(l, reg.k_params, u.kv_head, pt));
+      const uint8_t* vp = pf + (int4 ? kv_int4_param_offset(l, reg.v_params, u.kv_head, pt, 0)
+                                     : kv_int8_param_offset(l, reg.v_params, u.kv_head, pt));
+      for (int64_t off = 0; off < pb; off += 64) {
+        if (!kivi) __builtin_prefetch(kp + off, 0, 3);
+        __builtin_prefetch(vp + off, 0, 3);
+      }
+    }
+    // Scale loads of tile h: contiguous when its tokens share a page, else gathered token by token.
+    auto tile_n = [&](int64_t h) { return n - kHalf * h < kHalf ? n - kHalf * h : kHalf; };
+    auto tile_one_page = [&](int64_t h) {
+      return (kv + kHalf * h) / psize == (kv + kHalf * h + tile_n(h) - 1) / psize;
+    };
+    auto int8_scales = [&](int64_t region, int64_t h) -> V {
+      const int64_t t = kv + kHalf * h, tn = tile_n(h);
+      if (tile_one_page(h)) {
+        return load_f16_n(
+            cache.page(table[t / psize]) + kv_int8_param_offset(l, region, u.kv_head, t % psize), tn);
+      }
+      alignas(64) float x[16] = {};
+      for (int64_t i = 0; i < tn; ++i) {
+        x[i] = fp16_to_float(load_u16(cache.page(table[(t + i) / psize]) +
+                                      kv_int8_param_offset(l, region, u.kv_head, (t + i) % psize)));
+      }
+      return vload(x);
+    };
+    auto int4_scales = [&](int64_t region, int64_t h, V* dg, V* mg) {
+      const int64_t t = kv + kHalf * h, tn = tile_n(h);
+      if (tile_one_page(h)) {
+        load_dm(cache.page(table[t / psize]) + kv_int4_param_offset(l, region, u.kv_head, t % psize, 0), G,
+                tn, dg, mg);
+        return;
+      }
+      alignas(64) float dx[16][16] = {}, mx[16][16] = {};
+      for (int64_t i = 0; i < tn; ++i) {
+        const uint8_t* pp = cache.page(table[(t + i) / psize]) +
+                            kv_int4_param_offset(l, region, u.kv_head, (t + i) % psize, 0);
+        for (int64_t g = 0; g < G; ++g) {
+          dx[g][i] = fp16_to_float(load_u16(pp + 4 * g));
+          mx[g][i] = fp16_to_float(load_u16(pp + 4 * g + 2));
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        dg[g] = vload(dx[g]);
+        mg[g] = vload(mx[g]);
+      }
+    };
+
+    // ---- scores: st.s[r][t] ----
+    for (int64_t h = 0; h < halves; ++h) {
+      const uint8_t* pfk_h = pfk[h];
+      const int64_t pfb_h = pf_bytes[h];
+      const int64_t tn = tile_n(h);
+      if (dt == KvDtype::kInt8) {
+        k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
+        k_all<false>(st, acc);
+        const V dk = int8_scales(reg.k_params, h);
+        for (int64_t r = 0; r < st.rows; ++r) {
+          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
+          vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
+        }
+      } else if (!kivi) {
+        k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
+        k_all<true>(st, acc);
+        V dg[16], mg[16];
+        int4_scales(reg.k_params, h, dg, mg);
+        for (int64_t r = 0; r < st.rows; ++r) {
+          V sv = vzero();
+          for (int64_t g = 0; g < G; ++g) {
+            sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[g], sv);
+            sv = vfma(mg[g], vset1(static_cast<float>(st.qg[r * G + g])), sv);
+          }
+          vstore(st.s + r * kTok + kHalf * h, vmul(sv, vset1(st.sq[r])));
+        }
+      } else if (kv + kHalf * h >= sealed) {  // kivi keys of the filling page: fp16 window, fp32 products
+        const int64_t t0 = (kv + kHalf * h) % psize;
+        for (int64_t r = 0; r < st.rows; ++r) {
+          alignas(64) float sc[16] = {};
+          for (int64_t t = 0; t < tn; ++t) {
+            const uint16_t* kr = window + (t0 + t) * d;
+            V a = vzero();
+            for (int64_t ch = 0; ch < d; ch += kW) a = vfma(vload(st.qf + r * d + ch), vload_f16(kr + ch), a);
+            sc[t] = vhsum(a);
+          }
+          vstore(st.s + r * kTok + kHalf * h, vload(sc));
+        }
+      } else {
+        const int64_t tile_page = (kv + kHalf * h) / psize;
+        if (kivi_page != tile_page) {  // q' = q * d_c per page, quantized; bias = q . m
+          const uint8_t* prm =
+              cache.page(table[tile_page]) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0);
+          for (int64_t r = 0; r < st.rows; ++r) {
+            alignas(64) float qd[1024];
+            alignas(64) int8_t codes[1024];
+            V bias = vzero();
+            for (int64_t ch = 0; ch < d; ch += kW) {
+              V dc, mc;
+              vload_param_pairs(prm + ch * 4, &dc, &mc);
+              const V q = vload(st.qf + r * d + ch);
+              vstore(qd + ch, vmul(q, dc));
+              bias = vfma(q, mc, bias);
+            }
+            st.bias[r] = vhsum(bias);
+            st.sq[r] = quantize_s8(qd, d, codes);
+            split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
+          }
+          kivi_page = tile_page;
+        }
+        k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
+        k_all<true>(st, acc);
+        for (int64_t r = 0; r < st.rows; ++r) {
+          I a = vi_zero();
+          for (int64_t g = 0; g < G; ++g) a = _mm512_add_epi32(a, acc[r * G + g]);
+          vstore(st.s + r * kTok + kHalf * h,
+                 vfma(_mm512_cvtepi32_ps(a), vset1(st.sq[r]), vset1(st.bias[r])));
+        }
+      }
+    }
+    softmax_rows(st, n);
+
+    // ---- weights: w = p * (V scale), u8 per (row, group) over the chunk ----
+    if (dt == KvDtype::kInt8) {
+      const V dv0 = int8_scales(reg.v_params, 0), dv1 = halves > 1 ? int8_scales(reg.v_params, 1) : vzero();
+      for (int64_t r = 0; r < st.rows; ++r) {
+        const float* p = st.s + r * kTok;
+        st.sw[r] = quantize_u8(vmul(vload(p), dv0), vmul(vload(p + 16), dv1), st.wc + r * 32);
+      }
+    } else {
+      V dg0[16], mg0[16], dg1[16], mg1[16];
+      int4_scales(reg.v_params, 0, dg0, mg0);
+      if (halves > 1) {
+        int4_scales(reg.v_params, 1, dg1, mg1);
+      } else {
+        for (int64_t g = 0; g < G; ++g) dg1[g] = mg1[g] = vzero();
+      }
+      for (int64_t r = 0; r < st.rows; ++r) {
+        const V p0 = vload(st.s + r * kTok), p1 = vload(st.s + r * kTok + 16);
+        for (int64_t g = 0; g < G; ++g) {
+          st.sw[r * G + g] = quantize_u8(vmul(p0, dg0[g]), vmul(p1, dg1[g]), st.wc + (r * G + g) * 32);
+          float* ma = st.macc + (r * G + g) * 16;
+          vstore(ma, vfma(vload(ma), vset1(st.alpha[r]), vfma(p0, mg0[g], vmul(p1, mg1[g]))));
+        }
+      }
+      // The u8 operands of v_accumulate: for 128-channel slice sl and tokens 4 tb .. 4 tb + 3, lanes 0-7
+      // (channels of group 2 sl) hold group 2 sl's 4 codes, lanes 8-15 group 2 sl + 1's.
+      const I idx_base = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
+      for (int64_t r = 0; r < st.rows; ++r) {
+        for (int64_t sl = 0; sl < d / 128; ++sl) {
+          const I both = vi_load(st.wc + (r * G + 2 * sl) * 32);
+          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+            vi_store(st.wv + (r * (d / 128) + sl) * 8 + tb,
+                     _mm512_permutexvar_epi32(_mm512_add_epi32(idx_base, vi_set1(static_cast<int32_t>(tb))),
+                                              both));
+          }
+        }
+      }
+    }
+
+    // ---- V: interleave 4 tokens per lane, then accumulate ----
+    const int64_t quads = (n + 3) / 4;
+    if (dt == KvDtype::kInt8) {
+      for (int64_t sl = 0; sl < d / 64; ++sl) {
+        for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+          const int64_t pq = (sl * 4 + tb % 4) * 256;  // prefetch: 4 lines of tile tb / 4 per quad and slice
+          for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+            __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
+          if (tb >= quads) {
+            for (int k = 0; k < 4; ++k) vi_store(st.vt + (sl * 8 + tb) * 4 + k, vi_zero());
+            continue;
+          }
+          const uint8_t* const* vr = c.vrow + 4 * tb;
+          interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
+                      vi_load(vr[3] + 64 * sl), st.vt + (sl * 8 + tb) * 4);
+        }
+      }
+      v_all<false>(st);
+    } else {
+      const I lo4 = _mm512_set1_epi8(0x0F);
+      for (int64_t sl = 0; sl < d / 128; ++sl) {
+        for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+          const int64_t pq = (sl * 4 + tb % 4) * 256;
+          for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+            __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
+          I e[4];
+          if (tb >= quads) {
+            e[0] = e[1] = e[2] = e[3] = vi_zero();
+          } else {
+            const uint8_t* const* vr = c.vrow + 4 * tb;
+            interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
+                        vi_load(vr[3] + 64 * sl), e);
+          }
+          for (int k = 0; k < 4; ++k) {
+            vi_store(st.vt + ((2 * sl) * 8 + tb) * 4 + k, _mm512_and_si512(e[k], lo4));
+            vi_store(st.vt + ((2 * sl + 1) * 8 + tb) * 4 + k,
+                     _mm512_and_si512(_mm512_srli_epi16(e[k], 4), lo4));
+          }
+        }
+      }
+      v_all<true>(st);
+    }
+    kv += n;
+  }
+
+  // ---- out: o (+ the int4 V minima) / sum, back in channel order ----
+  for (int64_t r = 0; r < st.rows; ++r) {
+    const int64_t row = u.row0 + r, hq = u.kv_head * group + row % group;
+    const float total = vhsum(vload(st.lsum + r * 16));
+    float mterm[64];
+    for (int64_t g = 0; g < G; ++g) mterm[g] = int4 ? vhsum(vload(st.macc + (r * G + g) * 16)) : 0.0f;
+    const float* o = st.o + r * d;
+    float* dst = u.partial != nullptr ? u.partial + r * (d + 2) : j.out.at(q0 + token, hq);
+    const float inv = u.partial != nullptr ? 1.0f : 1.0f / total;
+    for (int64_t pos = 0; pos < d; ++pos) {
+      const int64_t ch = channel_of(int4, pos);
+      dst[ch] = (o[pos] + (int4 ? mterm[ch / kKvInt4Group] : 0.0f)) * inv;
+    }
+    if (u.partial != nullptr) {
+      dst[d] = st.mx[r];
+      dst[d + 1] = total;
+    }
+  }
+}
+
+}  // namespace isa_vnni
+}  // namespace infergate::kernels::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace infergate::kernels::cpu {
+
+bool vnni_decode_available() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
+void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
+  isa_vnni::decode_unit(j, u, scratch);
+}
+
+}  // namespace infergate::kernels::cpu
+
+#else  // not x86-64: never available
+
+namespace infergate::kernels::cpu {
+bool vnni_decode_available() { return false; }
+void vnni_decode_unit(const AttnJob&, const AttnUnit&, float*) {}
+}  // namespace infergate::kernels::cpu
+
+#endif
+
+namespace infergate::kernels::cpu {
+
+bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u) {
+  const bool shape = (l.dtype == KvDtype::kInt8 && l.head_dim % 64 == 0) ||
+                     ((l.dtype == KvDtype::kInt4 || l.dtype == KvDtype::kInt4Kivi) && l.head_dim % 128 == 0);
+  return shape && l.head_dim <= 1024 && u.row0 / group == (u.row0 + u.nrows - 1) / group;
+}
+
+int64_t vnni_decode_scratch_floats(int64_t d) {
+  const int64_t R = kAttnMaxRows, G = (d + kKvInt4Group - 1) / kKvInt4Group + 1;
+  const int64_t bytes = R * (d / 128 + 1) * 8 * 64 + R * d * 4 + R * d + 3 * R * 4 + R * G * 4 +
+                        d / 4 * 64 * 3 + R * G * 32 + R * G * 4 + R * d * 4 + R * G * 64 + R * 64 +
+                        2 * R * 4 + R * 128;
+  return bytes / 4 + 64 * 20;  // + alignment of every region
+}
+
+}  // namespace infergate::kernels::cpu
