@@ -128,7 +128,7 @@ class MetricsReference(unittest.TestCase):
             "infergate_requests_total": "counter", "infergate_request_errors_total": "counter",
             "infergate_prompt_tokens_total": "counter", "infergate_generation_tokens_total": "counter",
             "infergate_num_requests_running": "gauge", "infergate_num_requests_waiting": "gauge",
-            "infergate_kv_cache_blocks_used": "gauge", "infergate_kv_cache_blocks_total": "gauge",
+            "infergate_kv_cache_blocks_used": "gauge", "infergate_kv_cache_blocks_capacity": "gauge",
             "infergate_weight_bytes": "gauge", "infergate_preemptions_total": "counter",
             "infergate_model_info": "gauge",
         }

@@ -189,6 +189,20 @@ bool Engine::can_step(SeqId id, int32_t max_tokens) const {
   return blocks_.can_allocate(blocks_needed(id, max_tokens));
 }
 
+std::pair<int64_t, int64_t> Engine::prompt_rows(const Seq& s, int64_t count) const {
+  // Rows j of a chunk starting at c = computed predict position c + j + 1. Prompt logprobs still owed:
+  // positions done + 1 .. P - 1 (done = how many are already known, P = the prompt's length).
+  if (s.state.params.prompt_logprobs < 0) return {0, 0};
+  const int64_t c = s.state.computed;
+  const int64_t done = static_cast<int64_t>(s.state.prompt_logprobs.size());
+  const int64_t p = static_cast<int64_t>(s.state.prompt.size());
+  const int64_t first = std::max<int64_t>(0, done - c);
+  const int64_t end = std::min<int64_t>(count, p - 1 - c);  // rows [first, end)
+  // Positions are computed in order, so nothing owed is ever skipped (done >= c).
+  if (end <= first || done < c) return {0, 0};
+  return {first, end - first};
+}
+
 void Engine::finish(Seq& s, FinishReason r) {
   s.state.finish = r;
   s.state.status = SequenceStatus::kFinished;
@@ -302,8 +316,9 @@ Result<StepResult> Engine::step(std::span<const StepRequest> requests) {
     in.start_position = static_cast<int32_t>(s.state.computed);
     in.block_table = blocks_.block_table(s.state.id);
     in.slot = blocks_.slot(s.state.id);
-    in.logits =
-        s.state.computed + counts[i] == s.state.total_tokens() ? LogitsWanted::kLast : LogitsWanted::kNone;
+    const bool last = s.state.computed + counts[i] == s.state.total_tokens();
+    in.logits = last ? LogitsWanted::kLast : LogitsWanted::kNone;
+    if (prompt_rows(s, counts[i]).second > 0) in.logits = LogitsWanted::kAll;
   }
   ForwardOutput out;
   INFERGATE_RETURN_IF_ERROR(backend_->forward(batch, &out));
@@ -315,14 +330,30 @@ Result<StepResult> Engine::step(std::span<const StepRequest> requests) {
     u.id = s.state.id;
     u.tokens_computed = counts[i];
     result.tokens_computed += counts[i];
+    if (batch[i].logits == LogitsWanted::kAll) {
+      // Row j predicts the token after position computed + j: a prompt token's logprob.
+      const auto [first, rows] = prompt_rows(s, counts[i]);
+      const int32_t k = s.state.params.prompt_logprobs;
+      for (int64_t j = first; j < first + rows; ++j) {
+        const float* row = out.row(out.row_start[i] + j);
+        const int32_t next = s.tokens[static_cast<size_t>(s.state.computed + j + 1)];
+        SampledToken t = score_token(std::span<const float>(row, static_cast<size_t>(out.vocab)), next, k);
+        GeneratedToken g{t.token, t.logprob, std::move(t.top)};
+        s.state.prompt_logprobs.push_back(g);
+        u.prompt_logprobs.push_back(std::move(g));
+      }
+    }
+    const bool last = s.state.computed + counts[i] == s.state.total_tokens();
     s.state.computed += counts[i];
-    if (batch[i].logits != LogitsWanted::kLast) continue;
+    if (!last) continue;
     if (static_cast<int64_t>(s.state.output.size()) >= s.state.params.max_tokens) {
       finish(s, FinishReason::kLength);  // max_tokens == 0: the prompt only
       u.finish = FinishReason::kLength;
       continue;
     }
-    const float* row = out.row(out.row_start[i]);
+    // The sampling row: the step's only row, or the last of its kAll rows.
+    const int64_t last_row = out.row_start[i] + (batch[i].logits == LogitsWanted::kAll ? counts[i] - 1 : 0);
+    const float* row = out.row(last_row);
     SampledToken t =
         sample_token(std::span<const float>(row, static_cast<size_t>(out.vocab)), s.state.params, s.rng);
     append_token(s, t, &u);

@@ -24,6 +24,24 @@ Error bad(std::string field, std::string what) {
       .with_detail("field", field);
 }
 
+// The k most likely tokens of a log-softmax row, most likely first (ties: the smaller id).
+std::vector<TokenLogprob> top_of(const std::vector<double>& lp, int32_t top_logprobs) {
+  std::vector<TokenLogprob> out;
+  if (top_logprobs <= 0) return out;
+  const size_t n = lp.size();
+  const size_t k = std::min(n, static_cast<size_t>(top_logprobs));
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                    [&](int32_t a, int32_t b) {
+                      return lp[static_cast<size_t>(a)] != lp[static_cast<size_t>(b)]
+                                 ? lp[static_cast<size_t>(a)] > lp[static_cast<size_t>(b)]
+                                 : a < b;
+                    });
+  for (size_t i = 0; i < k; ++i) out.push_back({idx[i], static_cast<float>(lp[static_cast<size_t>(idx[i])])});
+  return out;
+}
+
 }  // namespace
 
 Status validate_sampling(const SamplingParams& p) {
@@ -36,6 +54,9 @@ Status validate_sampling(const SamplingParams& p) {
   if (p.max_tokens < 0) return bad("max_tokens", "must not be negative, got " + std::to_string(p.max_tokens));
   if (p.top_logprobs < 0 || p.top_logprobs > 20) {
     return bad("top_logprobs", "must be in 0..20, got " + std::to_string(p.top_logprobs));
+  }
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20) {
+    return bad("prompt_logprobs", "must be -1 (none) or in 0..20, got " + std::to_string(p.prompt_logprobs));
   }
   for (const auto& s : p.stop_strings) {
     if (s.empty()) return bad("stop", "strings must not be empty");
@@ -132,19 +153,19 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
   }
   out.token = chosen;
   out.logprob = static_cast<float>(lp[static_cast<size_t>(chosen)]);
-  if (p.top_logprobs > 0) {
-    const size_t k = std::min(n, static_cast<size_t>(p.top_logprobs));
-    std::vector<int32_t> idx(n);
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-                      [&](int32_t a, int32_t b) {
-                        return lp[static_cast<size_t>(a)] != lp[static_cast<size_t>(b)]
-                                   ? lp[static_cast<size_t>(a)] > lp[static_cast<size_t>(b)]
-                                   : a < b;
-                      });
-    for (size_t i = 0; i < k; ++i)
-      out.top.push_back({idx[i], static_cast<float>(lp[static_cast<size_t>(idx[i])])});
-  }
+  out.top = top_of(lp, p.top_logprobs);
+  return out;
+}
+
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t top_logprobs) {
+  std::vector<double> lp(logits.size());
+  log_softmax(logits, lp);
+  SampledToken out;
+  out.token = token;
+  out.logprob = token >= 0 && static_cast<size_t>(token) < lp.size()
+                    ? static_cast<float>(lp[static_cast<size_t>(token)])
+                    : -INFINITY;
+  out.top = top_of(lp, top_logprobs);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "infergate/runtime/eval/target.h"
 #include "infergate/runtime/model/config.h"
 #include "infergate/runtime/model/model.h"
+#include "infergate/runtime/model/unicode.h"
 
 namespace infergate::runtime::eval {
 
@@ -17,12 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Text as a server's JSON carries it: invalid UTF-8 (a token holding part of a character) replaced the
-// way dump_json replaces it.
-std::string as_server_text(std::string_view raw) {
-  auto j = parse_json(dump_json(Json(std::string(raw))), "token text");
-  return j.ok() && j->is_string() ? j->get<std::string>() : std::string();
-}
+// Text as a server shows it: invalid UTF-8 (a token holding part of a character) replaced.
+std::string as_server_text(std::string_view raw) { return model::unicode::replace_invalid_utf8(raw); }
 }  // namespace
 
 double TextScore::perplexity() const {
@@ -108,13 +105,8 @@ Result<Completion> EngineTarget::complete(const CompletionRequest& request) {
       GeneratedToken g;
       g.text = token_text(u.token->token);
       g.logprob = u.token->logprob;
-      // Alternatives with the same text are one entry, the more likely kept (as in a server's JSON object).
-      for (const auto& alt : u.token->top) {
-        std::string text = token_text(alt.token);
-        const bool seen =
-            std::any_of(g.top.begin(), g.top.end(), [&](const TopToken& t) { return t.text == text; });
-        if (!seen) g.top.push_back({std::move(text), alt.logprob});
-      }
+      for (const auto& alt : u.token->top) g.top.push_back({token_text(alt.token), alt.logprob});
+      if (request.top_logprobs > 0) canonicalize_alternatives(g);
       raw += engine_->model().tokenizer().token_bytes(u.token->token);
       out.tokens.push_back(std::move(g));
     }

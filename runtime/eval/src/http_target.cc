@@ -10,6 +10,7 @@
 #include "infergate/common/json.h"
 #include "infergate/common/log.h"
 #include "infergate/runtime/eval/target.h"
+#include "infergate/runtime/model/unicode.h"
 
 namespace infergate::runtime::eval {
 
@@ -143,6 +144,27 @@ Result<std::unique_ptr<HttpTarget>> HttpTarget::connect(const HttpTargetOptions&
 
 std::string HttpTarget::describe() const { return impl_->url + " (model " + model_ + ")"; }
 
+void canonicalize_alternatives(GeneratedToken& g) {
+  std::vector<TopToken> merged;
+  auto add = [&](std::string text, double logprob) {
+    text = model::unicode::replace_invalid_utf8(text);
+    for (auto& m : merged) {
+      if (m.text == text) {
+        m.logprob = std::max(m.logprob, logprob);
+        return;
+      }
+    }
+    merged.push_back({std::move(text), logprob});
+  };
+  for (auto& t : g.top) add(std::move(t.text), t.logprob);
+  g.text = model::unicode::replace_invalid_utf8(g.text);
+  add(g.text, g.logprob);
+  std::sort(merged.begin(), merged.end(), [](const TopToken& a, const TopToken& b) {
+    return a.logprob != b.logprob ? a.logprob > b.logprob : a.text < b.text;
+  });
+  g.top = std::move(merged);
+}
+
 Result<Completion> parse_completion_response(std::string_view body, int32_t k) {
   INFERGATE_ASSIGN_OR_RETURN(Json j, parse_json(body, "completion response"));
   if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
@@ -184,21 +206,9 @@ Result<Completion> parse_completion_response(std::string_view body, int32_t k) {
           return bad_response("logprobs.top_logprobs[" + std::to_string(i) + "] value not a number");
         g.top.push_back({text, v.get<double>()});
       }
-      // Two tokens whose texts are the same once invalid UTF-8 is replaced can arrive as one key twice
-      // (the parser keeps the last). The chosen token is the greedy choice: its own logprob is the
-      // right one for its text.
-      bool chosen_listed = false;
-      for (auto& alt : g.top) {
-        if (alt.text == g.text) {
-          alt.logprob = std::max(alt.logprob, g.logprob);
-          chosen_listed = true;
-        }
-      }
-      if (!chosen_listed) g.top.push_back({g.text, g.logprob});
-      // A JSON object has no order: most likely first, ties by text, as the engine orders them.
-      std::sort(g.top.begin(), g.top.end(), [](const TopToken& a, const TopToken& b) {
-        return a.logprob != b.logprob ? a.logprob > b.logprob : a.text < b.text;
-      });
+      // A JSON object has no order, and a server may omit the chosen token or (an older server) repeat
+      // a key: into the key space both kinds of target share.
+      canonicalize_alternatives(g);
     }
     out.tokens.push_back(std::move(g));
   }
@@ -253,10 +263,16 @@ Result<Completion> HttpTarget::complete(const CompletionRequest& request) {
 }
 
 Result<TextScore> HttpTarget::score_text(std::string_view text) {
+  // max_tokens 0: the prompt is scored and nothing generated, so a text may fill the whole context.
   Json body = {{"model", model_}, {"prompt", std::string(text)},
-               {"max_tokens", 1}, {"temperature", 0},
+               {"max_tokens", 0}, {"temperature", 0},
                {"logprobs", 1},   {"echo", true}};
   auto resp = impl_->call("POST", "/v1/completions", dump_json(body));
+  if (!resp.ok() && resp.error().reason() == "TargetHttpError" &&
+      resp.error().code() == ErrorCode::kInvalidArgument) {
+    body["max_tokens"] = 1;  // servers that want at least one generated token (lm-eval-harness asks so)
+    resp = impl_->call("POST", "/v1/completions", dump_json(body));
+  }
   if (!resp.ok()) {
     Error e = std::move(resp).error();
     if (e.reason() == "TargetHttpError" && e.code() == ErrorCode::kInvalidArgument) {

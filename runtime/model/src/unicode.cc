@@ -152,6 +152,48 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
+std::string replace_invalid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t b0 = byte(i);
+    if (b0 < 0x80) {
+      out.push_back(static_cast<char>(b0));
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range its second byte must fall in (Unicode Table 3-7).
+    size_t need = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      need = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      need = 3;
+      if (b0 == 0xE0) lo = 0xA0;
+      if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      need = 4;
+      if (b0 == 0xF0) lo = 0x90;
+      if (b0 == 0xF4) hi = 0x8F;
+    }
+    size_t len = 1;  // bytes of a well-formed prefix
+    while (need > 0 && len < need && i + len < s.size()) {
+      const uint8_t b = byte(i + len);
+      const uint8_t l = len == 1 ? lo : 0x80, h = len == 1 ? hi : 0xBF;
+      if (b < l || b > h) break;
+      ++len;
+    }
+    if (need > 0 && len == need) {
+      out.append(s.substr(i, len));
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD for the maximal subpart (at least the lead byte)
+    }
+    i += len;
+  }
+  return out;
+}
+
 void append_utf8(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));

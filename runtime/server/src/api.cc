@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "infergate/runtime/model/unicode.h"
+
 namespace infergate::runtime::server {
 namespace {
 
@@ -206,13 +208,24 @@ Result<GenerateRequest> parse_generate_request(std::string_view body, Endpoint e
     }
   }
 
+  if (const Json* v = field(j, "echo")) {
+    if (!v->is_boolean()) return fail(wrong_type("echo", "a boolean", *v));
+    if (v->get<bool>() && chat) {
+      return fail(bad_request("'echo' is only supported on /v1/completions", "echo", "unsupported_value"));
+    }
+    r.echo = v->get<bool>();
+  }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (const Json* v = field(j, key)) {
       if (!is_integer(*v)) return fail(wrong_type(key, "an integer", *v));
       int64_t n = as_int(*v);
-      if (n < 1)
-        return fail(
-            bad_request("'" + std::string(key) + "' must be at least 1, got " + std::to_string(n), key));
+      // 0 only with echo: the prompt is scored and nothing is generated.
+      if (n < (r.echo ? 0 : 1)) {
+        return fail(bad_request("'" + std::string(key) + "' must be at least " + (r.echo ? "0" : "1") +
+                                    (r.echo ? "" : " (0 only with 'echo': true)") + ", got " +
+                                    std::to_string(n),
+                                key));
+      }
       r.max_tokens = n;
     }
   }
@@ -299,10 +312,6 @@ Result<GenerateRequest> parse_generate_request(std::string_view body, Endpoint e
     if (as_int(*v) != 1)
       return fail(bad_request("only 'best_of': 1 is supported", "best_of", "unsupported_value"));
   }
-  if (const Json* v = field(j, "echo")) {
-    if (!v->is_boolean()) return fail(wrong_type("echo", "a boolean", *v));
-    if (v->get<bool>()) return fail(bad_request("'echo' is not supported", "echo", "unsupported_value"));
-  }
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     if (const Json* v = field(j, key)) {
       if (!v->is_number()) return fail(wrong_type(key, "a number", *v));
@@ -332,6 +341,11 @@ Result<GenerateRequest> parse_generate_request(std::string_view body, Endpoint e
       r.include_usage = u->get<bool>();
     }
   }
+  if (r.echo && r.stream) {
+    // Not in this server yet: the prompt would have to lead the first chunk, with its logprobs.
+    return fail(bad_request("'echo' with 'stream': true is not supported; use a non-streaming request",
+                            "echo", "unsupported_value"));
+  }
   if (const Json* v = field(j, "ignore_eos")) {
     if (!v->is_boolean()) return fail(wrong_type("ignore_eos", "a boolean", *v));
     r.ignore_eos = v->get<bool>();
@@ -341,10 +355,12 @@ Result<GenerateRequest> parse_generate_request(std::string_view body, Endpoint e
 
 namespace {
 
+std::string shown(const std::string& bytes) { return model::unicode::replace_invalid_utf8(bytes); }
+
 Json chat_token_json(const std::string& token, double logprob) {
   Json bytes = Json::array();
   for (unsigned char c : token) bytes.push_back(static_cast<int>(c));
-  return Json{{"token", token}, {"logprob", logprob}, {"bytes", bytes}};
+  return Json{{"token", shown(token)}, {"logprob", logprob}, {"bytes", bytes}};
 }
 
 Json logprobs_json(const GenerateRequest& req, const std::vector<TokenLogprob>& lps, size_t text_offset) {
@@ -362,15 +378,11 @@ Json logprobs_json(const GenerateRequest& req, const std::vector<TokenLogprob>& 
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
   size_t offset = text_offset;
   for (const auto& t : lps) {
-    tokens.push_back(t.token);
-    token_logprobs.push_back(t.logprob);
-    Json alt = Json::object();
-    for (const auto& [tok, lp] : t.top) {
-      if (!alt.contains(tok)) alt[tok] = lp;  // two ids can share a text; the more likely is kept
-    }
-    top.push_back(alt);
+    tokens.push_back(shown(t.token));
+    token_logprobs.push_back(t.no_logprob ? Json(nullptr) : Json(t.logprob));
+    top.push_back(t.no_logprob ? Json(nullptr) : merged_top_logprobs(t.top));
     offsets.push_back(offset);
-    offset += t.token.size();
+    offset += t.text_bytes >= 0 ? static_cast<size_t>(t.text_bytes) : t.token.size();
   }
   return Json{{"tokens", tokens},
               {"token_logprobs", token_logprobs},
@@ -386,15 +398,27 @@ Json usage_json(const Usage& u) {
 
 }  // namespace
 
+Json merged_top_logprobs(const std::vector<std::pair<std::string, double>>& top) {
+  Json alt = Json::object();
+  for (const auto& [tok, lp] : top) {
+    std::string key = shown(tok);
+    auto it = alt.find(key);
+    if (it == alt.end() || lp > it->get<double>()) alt[key] = lp;
+  }
+  return alt;
+}
+
 Json completion_response(const GenerateRequest& req, std::string_view id, int64_t created,
                          std::string_view model, std::string_view text, std::string_view finish_reason,
                          const std::vector<TokenLogprob>* logprobs, const Usage& usage) {
   const bool chat = req.endpoint == Endpoint::kChat;
   Json choice = {{"index", 0}, {"finish_reason", std::string(finish_reason)}};
+  // The text as valid UTF-8 (a generation cut by max_tokens inside a character ends in U+FFFD).
+  const std::string shown_text = model::unicode::replace_invalid_utf8(text);
   if (chat) {
-    choice["message"] = Json{{"role", "assistant"}, {"content", std::string(text)}};
+    choice["message"] = Json{{"role", "assistant"}, {"content", shown_text}};
   } else {
-    choice["text"] = std::string(text);
+    choice["text"] = shown_text;
   }
   choice["logprobs"] = logprobs ? logprobs_json(req, *logprobs, 0) : Json(nullptr);
   return Json{{"id", std::string(id)},

@@ -46,7 +46,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   waiting_ =
       gauge(r, "infergate_num_requests_waiting", "Requests waiting for admission (queued or preempted).");
   blocks_used_ = gauge(r, "infergate_kv_cache_blocks_used", "KV-cache blocks allocated to sequences.");
-  blocks_total_ = gauge(r, "infergate_kv_cache_blocks_total", "KV-cache blocks the memory budget holds.");
+  blocks_capacity_ =
+      gauge(r, "infergate_kv_cache_blocks_capacity", "KV-cache blocks the memory budget holds.");
   weight_bytes_ = gauge(r, "infergate_weight_bytes", "Bytes of the loaded weights, as held for serving.");
   preemptions_ = counter(r, "infergate_preemptions_total",
                          "Sequences preempted (KV blocks freed, recomputed later) for lack of KV blocks.");

@@ -371,6 +371,7 @@ void Scheduler::deliver(Request& r, const engine::SequenceUpdate& u) {
     ev.tokens.push_back(*u.token);
   }
   ev.text = u.text;
+  ev.prompt_logprobs = u.prompt_logprobs;
   ev.prompt_tokens = static_cast<int64_t>(r.prompt.size());
   ev.completion_tokens = r.completion_tokens;
   if (u.finish != engine::FinishReason::kNone) {
@@ -394,7 +395,7 @@ void Scheduler::deliver(Request& r, const engine::SequenceUpdate& u) {
     if (cb) cb(ev);
     return;
   }
-  if ((!ev.tokens.empty() || !ev.text.empty()) && r.on_event) r.on_event(ev);
+  if ((!ev.tokens.empty() || !ev.text.empty() || !ev.prompt_logprobs.empty()) && r.on_event) r.on_event(ev);
 }
 
 // Ends a request that did not finish by itself: cancelled (no error) or failed.

@@ -157,7 +157,9 @@ struct Server::Handlers {
     if (prompt.empty()) return refuse(ex, bad_request("the prompt encodes to no tokens", "prompt"));
     const int64_t ctx = server->info_.max_context;
     const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-    if (n_prompt >= ctx) {
+    // A prompt may fill the context only when nothing is generated (echo with max_tokens 0).
+    const bool score_only = req->max_tokens && *req->max_tokens == 0;
+    if (n_prompt > ctx || (n_prompt == ctx && !score_only)) {
       return refuse(
           ex, bad_request("the prompt has " + std::to_string(n_prompt) + " tokens; this model's context is " +
                               std::to_string(ctx) + " tokens, which leaves no room to generate",
@@ -181,6 +183,7 @@ struct Server::Handlers {
     sp.stop_strings = req->stop;
     sp.ignore_eos = req->ignore_eos;
     sp.top_logprobs = std::max(0, req->logprobs);
+    sp.prompt_logprobs = req->echo && req->logprobs >= 0 ? req->logprobs : -1;
 
     auto st = std::make_shared<StreamState>();
     st->ex = ex;
@@ -189,6 +192,16 @@ struct Server::Handlers {
     st->id = std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + request_id();
     st->created = static_cast<int64_t>(std::time(nullptr));
     st->model = model_name;
+    if (req->echo) {
+      if (req->prompt_text) {
+        st->echo_text = *req->prompt_text;
+      } else {
+        auto text = tok.decode(prompt);
+        if (!text.ok()) return refuse(ex, bad_request(text.error().message(), "prompt"));
+        st->echo_text = std::move(text).value();
+      }
+      if (req->logprobs >= 0) st->echo_prompt_logprobs(prompt);
+    }
     if (req->stream) ex->start_stream(200, "text/event-stream");
 
     auto submitted = server->scheduler_->submit(
@@ -239,6 +252,29 @@ struct Server::Handlers {
     std::vector<TokenLogprob> logprobs;
     size_t logprobs_sent = 0;
     bool first = true;
+    // echo: the prompt's text, and (with logprobs) its tokens, the first with a null logprob.
+    std::string echo_text;
+    std::vector<TokenLogprob> prompt_logprobs;
+    size_t echo_cursor = 0;  // bytes of echo_text matched by prompt tokens so far (for text_offset)
+
+    // How many bytes of the echoed text a prompt token stands for: its bytes where they continue the
+    // text, 0 for a special token the tokenizer added (BOS), which the text does not contain.
+    int64_t echo_bytes(int32_t token) {
+      const std::string_view b = tokenizer->token_bytes(token);
+      if (std::string_view(echo_text).substr(echo_cursor).starts_with(b)) {
+        echo_cursor += b.size();
+        return static_cast<int64_t>(b.size());
+      }
+      return tokenizer->is_special(token) ? 0 : static_cast<int64_t>(b.size());
+    }
+
+    void echo_prompt_logprobs(const std::vector<int32_t>& prompt) {
+      TokenLogprob first_token;
+      first_token.token = std::string(tokenizer->token_bytes(prompt.front()));
+      first_token.no_logprob = true;
+      first_token.text_bytes = echo_bytes(prompt.front());
+      prompt_logprobs.push_back(std::move(first_token));
+    }
 
     TokenLogprob to_logprob(const engine::GeneratedToken& t) const {
       TokenLogprob out;
@@ -252,6 +288,12 @@ struct Server::Handlers {
     void on_event(const RequestEvent& ev) {
       if (req->logprobs >= 0) {
         for (const auto& t : ev.tokens) logprobs.push_back(to_logprob(t));
+        if (req->echo) {
+          for (const auto& t : ev.prompt_logprobs) {
+            prompt_logprobs.push_back(to_logprob(t));
+            prompt_logprobs.back().text_bytes = echo_bytes(t.token);
+          }
+        }
       }
       if (ev.final && ev.finish == engine::FinishReason::kCancelled && !ev.error) {
         ex->finish();  // the client is gone
@@ -273,6 +315,11 @@ struct Server::Handlers {
       if (!req->stream) {
         text += ev.text;
         if (ev.final) {
+          if (req->echo) {
+            text = echo_text + text;
+            prompt_logprobs.insert(prompt_logprobs.end(), logprobs.begin(), logprobs.end());
+            logprobs = std::move(prompt_logprobs);
+          }
           Json body = completion_response(*req, id, created, model, text, finish_reason_word(ev.finish),
                                           req->logprobs >= 0 ? &logprobs : nullptr, usage);
           ex->respond(json_response(200, body));

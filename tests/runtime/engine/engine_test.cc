@@ -268,6 +268,92 @@ TEST_F(EngineTest, LogprobsReportTheChosenTokenAndTheTopK) {
   }
 }
 
+// The prompt's logprobs as teacher forcing gives them: log_softmax(score(prompt)[i - 1])[prompt[i]].
+std::vector<double> scored_prompt_logprobs(Engine& e, const std::vector<int32_t>& prompt) {
+  auto logits = e.score(prompt);
+  EXPECT_TRUE(logits.ok());
+  const size_t v = static_cast<size_t>(e.vocab());
+  std::vector<double> out, row(v);
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    log_softmax(std::span<const float>(*logits).subspan((i - 1) * v, v), row);
+    out.push_back(row[static_cast<size_t>(prompt[i])]);
+  }
+  return out;
+}
+
+TEST_F(EngineTest, PromptLogprobsEqualTeacherForcingInOneOrManyChunksAndSurviveAPreemption) {
+  auto e = make_engine(model_, {});
+  ASSERT_TRUE(e);
+  const std::vector<double> want = scored_prompt_logprobs(*e, b_);
+  ASSERT_EQ(want.size(), b_.size() - 1);
+  for (int32_t chunk : {0, 1, 3, 7, 19, 20}) {
+    SamplingParams p = greedy_params(3);
+    p.prompt_logprobs = 2;
+    SeqId id = *e->add_sequence(b_, p);
+    std::vector<GeneratedToken> streamed;
+    bool preempted = false;
+    for (int guard = 0; guard < 100 && e->sequence(id)->status != SequenceStatus::kFinished; ++guard) {
+      auto r = e->step(std::vector<StepRequest>{{id, chunk}});
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      const auto& got = r->updates[0].prompt_logprobs;
+      streamed.insert(streamed.end(), got.begin(), got.end());
+      // Once, halfway through the prompt: the recompute must not report prompt tokens again.
+      if (!preempted && e->sequence(id)->computed >= 10 && e->sequence(id)->output.empty()) {
+        ASSERT_TRUE(e->preempt(id).ok());
+        preempted = true;
+      }
+    }
+    const SequenceState& st = *e->sequence(id);
+    ASSERT_EQ(st.prompt_logprobs.size(), want.size()) << "chunk " << chunk;
+    ASSERT_EQ(streamed.size(), want.size()) << "chunk " << chunk;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(st.prompt_logprobs[i].token, b_[i + 1]);
+      EXPECT_NEAR(st.prompt_logprobs[i].logprob, want[i], 1e-4) << "chunk " << chunk << " position " << i + 1;
+      EXPECT_EQ(streamed[i].token, st.prompt_logprobs[i].token);
+      ASSERT_EQ(st.prompt_logprobs[i].top.size(), 2u);
+      EXPECT_GE(st.prompt_logprobs[i].top[0].logprob, st.prompt_logprobs[i].top[1].logprob);
+      EXPECT_GE(st.prompt_logprobs[i].top[0].logprob, st.prompt_logprobs[i].logprob);
+    }
+    // Generation is unchanged by asking for prompt logprobs.
+    std::vector<int32_t> out;
+    for (const auto& t : st.output) out.push_back(t.token);
+    EXPECT_EQ(out, greedy(*e, b_, 3)) << "chunk " << chunk;
+    e->release(id);
+  }
+  EXPECT_EQ(e->blocks().used_blocks(), 0);
+}
+
+TEST_F(EngineTest, ZeroMaxTokensWithPromptLogprobsScoresThePromptAndGeneratesNothing) {
+  auto e = make_engine(model_, {.max_context = 20});
+  ASSERT_TRUE(e);
+  const std::vector<double> want = scored_prompt_logprobs(*e, b_);  // b_ fills the whole context
+  SamplingParams p = greedy_params(0);
+  p.prompt_logprobs = 0;
+  SeqId id = *e->add_sequence(b_, p);
+  auto r = e->step(std::vector<StepRequest>{{id, 0}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->updates[0].finish, FinishReason::kLength);
+  EXPECT_FALSE(r->updates[0].token.has_value());
+  ASSERT_EQ(r->updates[0].prompt_logprobs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(r->updates[0].prompt_logprobs[i].logprob, want[i], 1e-4);
+    EXPECT_TRUE(r->updates[0].prompt_logprobs[i].top.empty());
+  }
+  EXPECT_TRUE(e->sequence(id)->output.empty());
+  EXPECT_EQ(e->blocks().used_blocks(), 0);
+}
+
+TEST_F(EngineTest, RefusesPromptLogprobsOutsideTheirRange) {
+  auto e = make_engine(model_, {});
+  SamplingParams p = greedy_params(1);
+  p.prompt_logprobs = 21;
+  auto r = e->add_sequence(a_, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().detail("field"), "prompt_logprobs");
+  p.prompt_logprobs = -2;
+  EXPECT_FALSE(e->add_sequence(a_, p).ok());
+}
+
 TEST_F(EngineTest, RefusesPromptPlusMaxTokensBeyondTheContext) {
   auto e = make_engine(model_, {.max_context = 32});
   auto r = e->add_sequence(b_, greedy_params(13));

@@ -88,7 +88,8 @@ TEST(HttpTarget, EvalThroughUrlsGivesTheSameMetricsAsInProcess) {
   EXPECT_DOUBLE_EQ(via_http->metrics.pair.top1_agreement, direct->metrics.pair.top1_agreement);
   EXPECT_NEAR(via_http->metrics.pair.mean_kl, direct->metrics.pair.mean_kl, 1e-6);
   EXPECT_LT(via_http->metrics.pair.top1_agreement, 1.0);
-  // The loopback server (like the runtime's) refuses echo: perplexity is not measured, and says why.
+  // The loopback server refuses echo (as servers without prompt logprobs do): perplexity is not
+  // measured, and the note says why.
   EXPECT_FALSE(via_http->metrics.perplexity_change.has_value());
   EXPECT_NE(via_http->metrics.perplexity_note.find("echo"), std::string::npos);
 }

@@ -67,7 +67,7 @@ class LoopbackServer {
 };
 
 // An OpenAI completions handler in front of a Target (legacy logprobs shape; "echo" refused with 400,
-// as the runtime's server does).
+// as a server without prompt logprobs does).
 LoopbackServer::Handler openai_handler(Target& target, std::mutex& mu, std::string model = "tiny");
 
 }  // namespace infergate::runtime::eval::testing

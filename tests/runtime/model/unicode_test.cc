@@ -97,5 +97,28 @@ TEST(Unicode, NfcAgreesWithPythonOnRandomText) {
   }
 }
 
+// Expected values are what Python's bytes.decode("utf-8", errors="replace") gives (maximal subparts).
+TEST(Unicode, ReplaceInvalidUtf8SubstitutesEachMaximalIllFormedSubpartOnce) {
+  const std::string r = "\xEF\xBF\xBD";
+  const std::pair<std::string, std::string> cases[] = {
+      {"abc", "abc"},
+      {"\xE2\x82\xAC", "\xE2\x82\xAC"},                    // a whole character is kept
+      {"\xE2\x82", r},                                     // a cut 3-byte character: one U+FFFD
+      {"a\xE2\x41", "a" + r + "A"},                        // a lead byte without its continuation
+      {"\xF0\x9F\x98", r},                                 // a cut 4-byte character
+      {"\xC0\xAF", r + r},                                 // overlong lead: each byte alone
+      {"\xED\xA0\x80", r + r + r},                         // a surrogate
+      {"\xF4\x90\x80\x80", r + r + r + r},                 // above U+10FFFF
+      {"\xFF\xFE", r + r},                                 // never valid
+      {"\x80\x80", r + r},                                 // stray continuation bytes
+      {"\xE0\x80\xAF", r + r + r},                         // overlong 3-byte form
+      {"\xF0\x9F\x98\x80x\xC3", "\xF0\x9F\x98\x80x" + r},  // valid, then a cut 2-byte character
+  };
+  for (const auto& [in, want] : cases) {
+    EXPECT_EQ(hex_encode(replace_invalid_utf8(in)), hex_encode(want)) << "input " << hex_encode(in);
+    EXPECT_TRUE(is_valid_utf8(replace_invalid_utf8(in)));
+  }
+}
+
 }  // namespace
 }  // namespace infergate::runtime::model::unicode

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "infergate/runtime/model/unicode.h"
+
 namespace infergate::runtime::server {
 namespace {
 
@@ -10,6 +12,7 @@ struct Refusal {
   int status;
   std::string param;
   std::string code;
+  std::string message;
 };
 
 Refusal refuse(std::string_view body, Endpoint ep = Endpoint::kCompletions) {
@@ -23,7 +26,7 @@ Refusal refuse(std::string_view body, Endpoint ep = Endpoint::kCompletions) {
   EXPECT_TRUE(j["error"].contains("param"));
   EXPECT_TRUE(j["error"].contains("code"));
   EXPECT_FALSE(e.message.empty());
-  return {e.status, e.param, e.code};
+  return {e.status, e.param, e.code, e.message};
 }
 
 TEST(Api, ParsesACompletionWithEveryParameter) {
@@ -121,7 +124,8 @@ TEST(Api, RefusesNegativeAndAbsurdValues) {
       {R"({"prompt":[]})", "prompt"},
       {R"({"prompt":["a","b"]})", "prompt"},
       {R"({"prompt":"x","n":2})", "n"},
-      {R"({"prompt":"x","echo":true})", "echo"},
+      {R"({"prompt":"x","echo":true,"stream":true})", "echo"},
+      {R"({"prompt":"x","echo":true,"max_tokens":-1})", "max_tokens"},
       {R"({"prompt":"x","presence_penalty":1})", "presence_penalty"},
       {R"({"prompt":"x","frequency_penalty":9})", "frequency_penalty"},
       {R"({"prompt":"x","logit_bias":{"1":5}})", "logit_bias"},
@@ -152,6 +156,63 @@ TEST(Api, RefusesBadChatMessages) {
     EXPECT_EQ(r.status, 400) << body;
     EXPECT_EQ(r.param, param) << body;
   }
+}
+
+TEST(Api, EchoAllowsZeroMaxTokensOnCompletionsOnly) {
+  ApiError e;
+  auto r = parse_generate_request(R"({"prompt":"x","echo":true,"max_tokens":0,"logprobs":1})",
+                                  Endpoint::kCompletions, "", &e);
+  ASSERT_TRUE(r.ok()) << e.message;
+  EXPECT_TRUE(r->echo);
+  EXPECT_EQ(r->max_tokens, 0);
+  EXPECT_EQ(r->logprobs, 1);
+  auto no_echo = refuse(R"({"prompt":"x","max_tokens":0})");
+  EXPECT_EQ(no_echo.param, "max_tokens");
+  EXPECT_NE(no_echo.message.find("echo"), std::string::npos) << no_echo.message;
+  auto chat = refuse(R"({"messages":[{"role":"user","content":"x"}],"echo":true})", Endpoint::kChat);
+  EXPECT_EQ(chat.param, "echo");
+}
+
+TEST(Api, TopLogprobsShowInvalidUtf8AsReplacementAndMergeEqualTextsKeepingTheLargest) {
+  // Three byte tokens that are each part of a character: all shown as U+FFFD, one key, the largest value.
+  const std::string fffd = "\xEF\xBF\xBD";
+  Json top = merged_top_logprobs({{"a", -0.5}, {"\xE2", -2.0}, {"\xE2\x82", -1.0}, {"\xC3", -3.0}});
+  EXPECT_EQ(top.size(), 2u) << top.dump();
+  EXPECT_DOUBLE_EQ(top[fffd].get<double>(), -1.0);
+  EXPECT_DOUBLE_EQ(top["a"].get<double>(), -0.5);
+
+  GenerateRequest req;
+  std::vector<TokenLogprob> lps = {{"\xE2\x82", -1.0, {{"\xE2\x82", -1.0}, {"\xE2", -2.0}}}};
+  Json c = completion_response(req, "cmpl-1", 1, "tiny", "\xE2\x82", "length", &lps, Usage{1, 1});
+  EXPECT_EQ(c["choices"][0]["text"], fffd);
+  EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"][0], fffd);
+  EXPECT_EQ(c["choices"][0]["logprobs"]["top_logprobs"][0].size(), 1u);
+  EXPECT_DOUBLE_EQ(c["choices"][0]["logprobs"]["top_logprobs"][0][fffd].get<double>(), -1.0);
+  // The serialised body is valid UTF-8 as it is (nothing left for the serialiser to replace).
+  EXPECT_TRUE(model::unicode::is_valid_utf8(dump_json(c)));
+
+  req.endpoint = Endpoint::kChat;
+  Json chat = completion_response(req, "chatcmpl-1", 1, "tiny", "", "length", &lps, Usage{1, 1});
+  const Json& item = chat["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(item["token"], fffd);
+  EXPECT_EQ(item["bytes"], Json({0xE2, 0x82}));
+  ASSERT_EQ(item["top_logprobs"].size(), 2u);  // chat lists every alternative, with its own bytes
+  EXPECT_EQ(item["top_logprobs"][1]["bytes"], Json({0xE2}));
+}
+
+TEST(Api, EchoedPromptTokensHaveNullFirstEntriesAndOffsetsIntoTheText) {
+  GenerateRequest req;
+  req.echo = true;
+  TokenLogprob bos{"<s>", 0, {}, true, 0};
+  TokenLogprob hi{"Hi", -2.0, {{"Hi", -1.5}}, false, 2};
+  TokenLogprob gen{"!", -0.1, {{"!", -0.1}}};
+  std::vector<TokenLogprob> lps = {bos, hi, gen};
+  Json c = completion_response(req, "cmpl-1", 1, "tiny", "Hi!", "length", &lps, Usage{2, 1});
+  const Json& lp = c["choices"][0]["logprobs"];
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["tokens"], Json({"<s>", "Hi", "!"}));
+  EXPECT_EQ(lp["text_offset"], Json({0, 0, 2}));
 }
 
 TEST(Api, AnUnknownModelIsNotFound) {

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "infergate/common/result.h"
@@ -58,6 +59,10 @@ struct SequenceState {
   std::vector<int32_t> prompt;
   SamplingParams params;
   std::vector<GeneratedToken> output;
+  // params.prompt_logprobs >= 0: prompt tokens 1, 2, ... (the first has no context) with their logprobs
+  // given the tokens before them, filled in as the prefill computes them. Kept across a preemption (a
+  // recompute does not produce them again).
+  std::vector<GeneratedToken> prompt_logprobs;
   std::string text;         // the output decoded (up to a stop string, when one matched)
   size_t text_emitted = 0;  // bytes of `text` already handed out in updates
   int64_t computed = 0;     // tokens (prompt + output) whose K/V are in the cache
@@ -73,6 +78,8 @@ struct SequenceUpdate {
   SeqId id = 0;
   int64_t tokens_computed = 0;          // prompt/recompute tokens plus the decode token run this step
   std::optional<GeneratedToken> token;  // the token sampled this step (none mid-prefill)
+  // Prompt logprobs computed this step, continuing SequenceState::prompt_logprobs (empty unless asked).
+  std::vector<GeneratedToken> prompt_logprobs;
   std::string text;  // newly final text: whole UTF-8 characters, never a possible stop-string prefix
   FinishReason finish = FinishReason::kNone;
 };
@@ -176,6 +183,9 @@ class Engine {
          EngineInfo info);
   void finish(Seq& s, FinishReason r);
   void append_token(Seq& s, const SampledToken& t, SequenceUpdate* u);
+  // Of a step computing `count` tokens of s: the first row and the number of rows whose logits give
+  // prompt logprobs still owed ({0, 0}: none, the step needs no kAll logits).
+  std::pair<int64_t, int64_t> prompt_rows(const Seq& s, int64_t count) const;
 
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Backend> backend_;

@@ -23,11 +23,16 @@ struct SamplingParams {
   bool ignore_eos = false;
   // Alternatives reported per generated token (0..20); the chosen token's logprob is always reported.
   int32_t top_logprobs = 0;
+  // Prompt logprobs (OpenAI's `echo` with `logprobs`): -1 none; 0..20 the logprob of every prompt token
+  // after the first under the model given the tokens before it, with this many alternatives. The
+  // prefill then returns logits for every prompt position (only when asked: it costs a vocab-wide row
+  // per prompt token).
+  int32_t prompt_logprobs = -1;
 };
 
 // Refuses out-of-range values with InvalidArgument naming the field ("temperature", "top_p", ...):
 // temperature < 0 or > 100 or NaN, top_k < 0, top_p outside (0, 1], max_tokens < 0, top_logprobs
-// outside 0..20, an empty stop string.
+// outside 0..20, prompt_logprobs outside -1..20, an empty stop string.
 Status validate_sampling(const SamplingParams& p);
 
 // The per-request generator: SplitMix64-seeded xoshiro256** (portable, same stream everywhere).
@@ -58,6 +63,10 @@ struct SampledToken {
 // uniform from `rng` when sampling (none when greedy), so a sequence's stream depends only on its seed
 // and its own tokens.
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, Rng& rng);
+
+// The log-probability of a given `token` (teacher forcing: a prompt token) under logits[vocab] and the
+// `top_logprobs` most likely tokens, exactly as sample_token reports them for a token it chose.
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t top_logprobs);
 
 // log_softmax of a row, in double, into out (same size).
 void log_softmax(std::span<const float> logits, std::span<double> out);

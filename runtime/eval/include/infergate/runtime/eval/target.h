@@ -81,8 +81,9 @@ struct HttpTargetOptions {
 };
 
 // Requests: POST /v1/completions with {"model", "prompt", "max_tokens", "temperature": 0, "logprobs": K,
-// "seed", "ignore_eos": true}; score_text adds "echo": true with "max_tokens": 1 and reads the prompt
-// tokens' logprobs (OpenAI legacy shape). Errors: unreachable server (Unavailable, reason
+// "seed", "ignore_eos": true}; score_text sends "echo": true with "max_tokens": 0 and "logprobs": 0 and
+// reads the prompt tokens' logprobs (OpenAI legacy shape; a server that refuses max_tokens 0 is asked
+// again with 1, as lm-eval-harness asks). Errors: unreachable server (Unavailable, reason
 // "TargetUnreachable"), an HTTP error status (reason "TargetHttpError", with the server's message),
 // a response without the expected fields (reason "TargetBadResponse").
 class HttpTarget final : public Target {
@@ -100,6 +101,13 @@ class HttpTarget final : public Target {
   std::unique_ptr<Impl> impl_;
   std::string model_;
 };
+
+// The one key space both kinds of target report alternatives in (so eval's KL compares like with
+// like): texts as a server shows them (invalid UTF-8 replaced by U+FFFD, see
+// model::unicode::replace_invalid_utf8), alternatives with equal texts merged keeping the LARGEST
+// logprob (the server's rule for its top_logprobs object), the chosen token listed under its own text
+// with at least its own logprob, most likely first (ties by text).
+void canonicalize_alternatives(GeneratedToken& g);
 
 // Parses an OpenAI legacy completion response's choices[0] (text and logprobs) into a Completion.
 // Exposed for tests; `k` is the number of alternatives asked for.
@@ -122,8 +130,7 @@ struct EngineTargetOptions {
 };
 
 // Tokens are reported as a server reports them (so both kinds of target give the same numbers): their
-// text with invalid UTF-8 replaced by U+FFFD, and alternatives with the same text merged (the more
-// likely kept).
+// text with invalid UTF-8 replaced by U+FFFD, and alternatives in canonicalize_alternatives' key space.
 class EngineTarget final : public Target {
  public:
   // Loads the engine (one sequence slot; blocks for one sequence at max_context).

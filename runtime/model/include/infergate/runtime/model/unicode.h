@@ -30,6 +30,12 @@ Unit decode(std::string_view s, size_t i);
 bool is_valid_utf8(std::string_view s);
 void append_utf8(std::string& out, char32_t cp);
 
+// `s` as valid UTF-8 text: every maximal ill-formed subpart (Unicode's "substitution of maximal
+// subparts", what Python's bytes.decode("utf-8", errors="replace") and browsers do) becomes one U+FFFD.
+// A token holding part of a character ("\xe2\x82") therefore reads as one U+FFFD, as OpenAI-compatible
+// servers report such a token's text. Valid input is returned unchanged.
+std::string replace_invalid_utf8(std::string_view s);
+
 // Normalisation Form C. Invalid bytes are passed through unchanged and act as starters.
 std::string nfc(std::string_view s);
 

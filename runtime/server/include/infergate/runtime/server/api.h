@@ -53,18 +53,36 @@ struct GenerateRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;
+  // completions: the response's text (and, with logprobs, its token lists) starts with the prompt, each
+  // prompt token with its logprob given the tokens before it (the first one's is null), as OpenAI's
+  // legacy API and lm-eval-harness use it. max_tokens may then be 0 (score the prompt only).
+  bool echo = false;
 };
 
 // Parses and validates a body. `served_model` is the name clients must use ("" accepts any).
 Result<GenerateRequest> parse_generate_request(std::string_view body, Endpoint endpoint,
                                                std::string_view served_model, ApiError* error);
 
-// One generated token as the responses report it.
+// One token as the responses report it (generated, or a prompt token of an echo).
+//
+// Token texts: a token's bytes need not be valid UTF-8 (byte-level BPE splits characters), and JSON
+// strings must be. The text a response shows is the bytes with every ill-formed subpart replaced by
+// U+FFFD (model::unicode::replace_invalid_utf8, as OpenAI and vLLM do); chat's `bytes` keeps the raw
+// bytes. In the legacy `top_logprobs` object, alternatives whose shown texts are equal become one key
+// holding the LARGEST of their logprobs: the key's value is then a logprob some single token has (the
+// greedy choice's entry equals its `token_logprobs` value), never a sum over tokens. eval keys tokens
+// by the same shown text on both sides (docs/eval-and-report.md).
 struct TokenLogprob {
-  std::string token;  // its text (bytes; may be a partial UTF-8 sequence)
+  std::string token;  // its bytes (may be a partial UTF-8 sequence)
   double logprob = 0;
-  std::vector<std::pair<std::string, double>> top;  // alternatives, most likely first
+  std::vector<std::pair<std::string, double>> top;  // alternatives (bytes), most likely first
+  bool no_logprob = false;  // the first prompt token of an echo: logprob and top_logprobs are null
+  int64_t text_bytes = -1;  // bytes it adds to the response text for text_offset (-1: token.size())
 };
+
+// The legacy `top_logprobs` object of one token: shown texts as keys, equal texts merged keeping the
+// largest logprob.
+Json merged_top_logprobs(const std::vector<std::pair<std::string, double>>& top);
 
 struct Usage {
   int64_t prompt_tokens = 0;

@@ -47,7 +47,7 @@ class Metrics {
   void set_waiting(double n) { waiting_->Set(n); }
   void set_kv_blocks(double used, double total) {
     blocks_used_->Set(used);
-    blocks_total_->Set(total);
+    blocks_capacity_->Set(total);
   }
   void set_weight_bytes(double n) { weight_bytes_->Set(n); }
   void add_preemptions(double n) { preemptions_->Increment(n); }
@@ -73,7 +73,7 @@ class Metrics {
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* blocks_used_;
-  prometheus::Gauge* blocks_total_;
+  prometheus::Gauge* blocks_capacity_;
   prometheus::Gauge* weight_bytes_;
   prometheus::Counter* preemptions_;
   prometheus::Family<prometheus::Gauge>* model_info_;

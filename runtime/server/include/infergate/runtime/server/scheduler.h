@@ -46,7 +46,10 @@ struct SchedulerOptions {
 // What a request hears back. Exactly one event has final = true.
 struct RequestEvent {
   std::vector<engine::GeneratedToken> tokens;  // sampled since the last event
-  std::string text;                            // newly final text since the last event
+  // Prompt logprobs (SamplingParams::prompt_logprobs) computed since the last event, for prompt tokens
+  // 1, 2, ... in order; they all arrive before the first sampled token.
+  std::vector<engine::GeneratedToken> prompt_logprobs;
+  std::string text;  // newly final text since the last event
   bool final = false;
   engine::FinishReason finish = engine::FinishReason::kNone;
   int64_t prompt_tokens = 0;
