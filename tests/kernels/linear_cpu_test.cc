@@ -42,7 +42,8 @@ Weight make_weight(Rng& rng, const WeightLayout& l) {
   return w;
 }
 
-// |y - ref| <= 2e-6 * sum_k |x_k w_k| + 1e-7 per output: fp32 summation against the double reference.
+// |y - ref| <= 2e-6 * sum_k |x_k w_k| + 2^-23 |ref| + 1e-7 per output: fp32 summation against the double
+// reference, plus one unit in the last place of the output itself (the fp32 scale and bias steps).
 ::testing::AssertionResult close_to_ref(const Weight& w, const std::vector<float>& x, int64_t m,
                                         const std::vector<float>& got, const std::vector<float>& want) {
   const int64_t n_out = w.layout.rows, k_in = w.layout.cols;
@@ -57,7 +58,7 @@ Weight make_weight(Rng& rng, const WeightLayout& l) {
         mag += std::fabs(static_cast<double>(x[i * k_in + k]) * dq[n * k_in + k]);
       const float g = got[i * n_out + n], r = want[i * n_out + n];
       if (!std::isfinite(g)) return ::testing::AssertionFailure() << "y[" << i << "," << n << "] = " << g;
-      if (std::fabs(g - r) > 2e-6 * mag + 1e-7) {
+      if (std::fabs(g - r) > 2e-6 * mag + 0x1p-23 * std::fabs(r) + 1e-7) {
         return ::testing::AssertionFailure()
                << "y[" << i << "," << n << "] = " << g << ", reference " << r << " (magnitude " << mag << ")";
       }
@@ -141,6 +142,65 @@ TEST(LinearCpu, Int4SmallBatchPathMatchesTheReferenceForEveryGroupSizeOddRowsAnd
   }
 }
 
+// Up to 8 rows of x take the int8 GEMV path too: tiles of 4 weight rows at M = 1 (2 at M = 2, 1 at
+// M = 3..4, passes of 4 rows of x beyond), any K (vectors of two accumulators, then a scalar tail).
+// Row counts not a multiple of the tile leave a partial last tile.
+TEST(LinearCpu, Int8SmallBatchPathMatchesTheReferenceForOddShapesAndEveryBatchUpTo8) {
+  Rng rng(307);
+  SCOPED_TRACE(rng.trace());
+  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100},
+                    int64_t{200}, int64_t{773}}) {
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{37}}) {
+      for (int64_t m = 1; m <= 8; ++m) {
+        check(rng, {WeightFormat::kInt8, n, k, 0, m % 2 == 0 ? ScaleDtype::kF16 : ScaleDtype::kBF16}, m,
+              (n + m) % 3 == 0);
+      }
+    }
+  }
+}
+
+// The engine's own shapes (K = 768 in 6 groups of 128, K = 2048) for every batch size up to 8:
+// every pass split of the rows of x (4 + 4, 4 + 3, 4 + 1, ...) on both GEMV paths.
+TEST(LinearCpu, GemvPathsMatchTheReferenceAtTheEngineShapesForEveryBatchUpTo8) {
+  Rng rng(308);
+  SCOPED_TRACE(rng.trace());
+  for (int64_t m = 1; m <= 8; ++m) {
+    check(rng, {WeightFormat::kInt4Asym, 21, 768, 128, ScaleDtype::kF16}, m, m % 2 == 0);
+    check(rng, {WeightFormat::kInt4Sym, 10, 2048, 64, ScaleDtype::kBF16}, m, false);
+    check(rng, {WeightFormat::kInt8, 21, 768, 0, ScaleDtype::kF16}, m, m % 2 == 1);
+    check(rng, {WeightFormat::kInt8, 6, 2048, 0, ScaleDtype::kF16}, m, false);
+  }
+}
+
+// A row of x gets bit-for-bit the same outputs alone as in any batch of up to 8 (the GEMV paths do the
+// same arithmetic per (weight row, x row) whatever the tile), so batched decode is batch-invariant.
+TEST(LinearCpu, GemvPathsGiveARowOfXTheSameResultAloneAsInABatch) {
+  Rng rng(309);
+  SCOPED_TRACE(rng.trace());
+  for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt8, 37, 200, 0, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kInt4Asym, 37, 256, 64, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kInt4Sym, 37, 256, 128, ScaleDtype::kBF16}}) {
+    SCOPED_TRACE(weight_format_name(l.format));
+    const Weight w = make_weight(rng, l);
+    std::vector<float> x = rng.normals(static_cast<size_t>(8 * l.cols));
+    testing::for_each_isa([&](CpuIsa) {
+      for (int64_t m = 2; m <= 8; ++m) {
+        std::vector<float> batch(static_cast<size_t>(m * l.rows)), one(static_cast<size_t>(l.rows));
+        ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data(), m, l.cols), w.view(), nullptr,
+                               contiguous(batch.data(), m, l.rows))
+                        .ok());
+        for (int64_t i = 0; i < m; ++i) {
+          ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data() + i * l.cols, 1, l.cols), w.view(), nullptr,
+                                 contiguous(one.data(), 1, l.rows))
+                          .ok());
+          EXPECT_TRUE(testing::bit_equal(batch.data() + i * l.rows, one.data(), one.size()))
+              << "row " << i << " of a batch of " << m;
+        }
+      }
+    });
+  }
+}
+
 TEST(LinearCpu, GivesTheSameResultWithAnyThreadCount) {
   Rng rng(304);
   SCOPED_TRACE(rng.trace());
@@ -158,6 +218,89 @@ TEST(LinearCpu, GivesTheSameResultWithAnyThreadCount) {
           .ok());
   set_cpu_threads(before);
   EXPECT_TRUE(testing::bit_equal(y3.data(), y1.data(), y1.size()));
+}
+
+// At batch 1 (the GEMV paths, with tiles of 4 weight rows) an odd row count splits differently over 1,
+// 2 and 3 threads; every row's output must not depend on it.
+TEST(LinearCpu, GemvGivesTheSameResultWithAnyThreadCount) {
+  Rng rng(310);
+  SCOPED_TRACE(rng.trace());
+  for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt8, 203, 300, 0, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kInt4Asym, 203, 384, 128, ScaleDtype::kF16}}) {
+    const Weight w = make_weight(rng, l);
+    std::vector<float> x = rng.normals(static_cast<size_t>(l.cols));
+    std::vector<float> y1(static_cast<size_t>(l.rows)), y(y1.size());
+    const int before = cpu_threads();
+    set_cpu_threads(1);
+    ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data(), 1, l.cols), w.view(), nullptr,
+                           contiguous(y1.data(), 1, l.rows))
+                    .ok());
+    for (int threads : {2, 3}) {
+      set_cpu_threads(threads);
+      ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data(), 1, l.cols), w.view(), nullptr,
+                             contiguous(y.data(), 1, l.rows))
+                      .ok());
+      EXPECT_TRUE(testing::bit_equal(y.data(), y1.data(), y1.size()))
+          << weight_format_name(l.format) << ", " << threads << " threads";
+    }
+    set_cpu_threads(before);
+  }
+}
+
+// q/k/v or gate/up in one call: each output bit for bit what linear_cpu gives it alone, for mixed
+// formats and sizes, batch 1 (the GEMV paths) and beyond (the general loops).
+TEST(LinearCpu, MultiGivesEveryOutputExactlyWhatLinearGivesIt) {
+  Rng rng(311);
+  SCOPED_TRACE(rng.trace());
+  const int64_t k_in = 256;
+  const Weight ws[] = {make_weight(rng, {WeightFormat::kInt4Asym, 96, k_in, 128, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kInt4Sym, 33, k_in, 64, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kInt8, 50, k_in, 0, ScaleDtype::kBF16}),
+                       make_weight(rng, {WeightFormat::kF16, 17, k_in, 0, ScaleDtype::kF16})};
+  std::vector<float> bias = rng.normals(96);
+  testing::for_each_isa([&](CpuIsa) {
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}}) {
+      std::vector<float> x = rng.normals(static_cast<size_t>(m * k_in));
+      std::vector<std::vector<float>> multi, single;
+      std::vector<LinearOutput> outs;
+      for (size_t i = 0; i < std::size(ws); ++i) {
+        const int64_t n = ws[i].layout.rows;
+        multi.emplace_back(static_cast<size_t>(m * n), NAN);
+        single.emplace_back(static_cast<size_t>(m * n), NAN);
+      }
+      for (size_t i = 0; i < std::size(ws); ++i) {
+        const int64_t n = ws[i].layout.rows;
+        const float* b = i % 2 == 0 ? bias.data() : nullptr;
+        outs.push_back({ws[i].view(), b, contiguous(multi[i].data(), m, n)});
+        ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data(), m, k_in), ws[i].view(), b,
+                               contiguous(single[i].data(), m, n))
+                        .ok());
+      }
+      const Status s = linear_multi_cpu(contiguous<const float>(x.data(), m, k_in), outs.data(),
+                                        static_cast<int64_t>(outs.size()));
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      for (size_t i = 0; i < std::size(ws); ++i) {
+        EXPECT_TRUE(testing::bit_equal(multi[i].data(), single[i].data(), single[i].size()))
+            << "output " << i << ", M " << m;
+      }
+    }
+  });
+}
+
+TEST(LinearCpu, MultiNamesTheOutputThatDoesNotFitAndWritesNothing) {
+  Rng rng(312);
+  const Weight a = make_weight(rng, {WeightFormat::kInt8, 4, 8, 0, ScaleDtype::kF16});
+  const Weight b = make_weight(rng, {WeightFormat::kInt8, 4, 16, 0, ScaleDtype::kF16});
+  std::vector<float> x(8, 1.0f), ya(4, NAN), yb(4, NAN);
+  const LinearOutput outs[] = {{a.view(), nullptr, contiguous(ya.data(), 1, 4)},
+                               {b.view(), nullptr, contiguous(yb.data(), 1, 4)}};
+  const Status s = linear_multi_cpu(contiguous<const float>(x.data(), 1, 8), outs, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("linear_multi[1]"), std::string::npos) << s.message();
+  EXPECT_TRUE(std::isnan(ya[0]));
+  EXPECT_EQ(linear_multi_cpu(contiguous<const float>(x.data(), 1, 8), nullptr, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(linear_multi_cpu(contiguous<const float>(x.data(), 1, 8), outs, 0).ok());
 }
 
 TEST(LinearCpu, RefusesMismatchedShapes) {

@@ -78,28 +78,66 @@ Status dequantize_weight_cpu(const WeightView& w, View2<float> out) {
 }
 
 Status linear_cpu(View2<const float> x, const WeightView& w, const float* bias, View2<float> y) {
-  INFERGATE_K_RETURN_IF_ERROR(validate_linear(x, w, y, "linear"));
-  if (x.rows == 0) return ok_status();
-  const cpu::Kernels& k = cpu::active_kernels();
-  cpu::LinearJob job;
-  job.x = x.data;
-  job.x_stride = x.row_stride;
-  job.m = x.rows;
-  job.w = w;
-  job.bias = bias;
-  job.y = y.data;
-  job.y_stride = y.row_stride;
-  std::vector<float> xperm;
-  if (is_int4(w.layout.format)) {
-    const int64_t chunk = 2 * k.width;
-    job.k_main = w.layout.cols / chunk * chunk;
-    xperm.resize(static_cast<size_t>(std::max<int64_t>(1, x.rows * job.k_main)));
-    job.xperm = xperm.data();
-    k.linear_prepare(job);
+  const LinearOutput out{w, bias, y};
+  return linear_multi_cpu(x, &out, 1);
+}
+
+Status linear_multi_cpu(View2<const float> x, const LinearOutput* outs, int64_t count) {
+  if (count < 0 || (count > 0 && outs == nullptr)) {
+    return invalid_argument("linear_multi: " + std::to_string(count) + " outputs at " +
+                            (outs == nullptr ? "null" : "an address"));
   }
-  // Blocks of output rows, a multiple of 8 (the inner loop's row block), about 4 per thread.
-  parallel_blocks(w.layout.rows, block_size(w.layout.rows, 8, 8),
-                  [&](int64_t n0, int64_t n1) { k.linear_rows(job, n0, n1); });
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string op = count == 1 ? "linear" : "linear_multi[" + std::to_string(i) + "]";
+    INFERGATE_K_RETURN_IF_ERROR(validate_linear(x, outs[i].w, outs[i].y, op.c_str()));
+  }
+  if (x.rows == 0 || count == 0) return ok_status();
+  const cpu::Kernels& k = cpu::active_kernels();
+  // int4 weights read x reordered (linear_prepare); every int4 output shares one reordering, in a
+  // per-thread buffer (the calling thread's: the pool's workers only read it).
+  const int64_t chunk = 2 * k.width, k_main = x.cols / chunk * chunk;
+  bool any_int4 = false;
+  for (int64_t i = 0; i < count; ++i) any_int4 = any_int4 || is_int4(outs[i].w.layout.format);
+  thread_local std::vector<float> xperm;
+  std::vector<cpu::LinearJob> jobs(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    cpu::LinearJob& job = jobs[static_cast<size_t>(i)];
+    job.x = x.data;
+    job.x_stride = x.row_stride;
+    job.m = x.rows;
+    job.w = outs[i].w;
+    job.bias = outs[i].bias;
+    job.y = outs[i].y.data;
+    job.y_stride = outs[i].y.row_stride;
+  }
+  if (any_int4) {
+    if (static_cast<int64_t>(xperm.size()) < x.rows * k_main)
+      xperm.resize(static_cast<size_t>(x.rows * k_main));
+    for (cpu::LinearJob& job : jobs) {
+      job.xperm = xperm.data();
+      job.k_main = k_main;
+    }
+    k.linear_prepare(jobs.front());
+  }
+  // Blocks of output rows, a multiple of 8 (the inner loops' row block), about 4 per thread over all
+  // the outputs together; a block never spans two outputs.
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += outs[i].w.layout.rows;
+  const int64_t block = block_size(total, 8, 8);
+  struct Block {
+    int32_t out;
+    int64_t n0, n1;
+  };
+  std::vector<Block> blocks;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t rows = outs[i].w.layout.rows;
+    for (int64_t n0 = 0; n0 < rows; n0 += block)
+      blocks.push_back({static_cast<int32_t>(i), n0, std::min(rows, n0 + block)});
+  }
+  cpu::pool().run(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const Block& bl = blocks[static_cast<size_t>(b)];
+    k.linear_rows(jobs[static_cast<size_t>(bl.out)], bl.n0, bl.n1);
+  });
   return ok_status();
 }
 

@@ -20,6 +20,8 @@ namespace infergate::runtime::engine {
 struct Ops {
   kernels::Status (*linear)(kernels::View2<const float>, const kernels::WeightView&, const float*,
                             kernels::View2<float>);
+  // Several products of one x (q/k/v, gate/up) at once.
+  kernels::Status (*linear_multi)(kernels::View2<const float>, const kernels::LinearOutput*, int64_t);
   kernels::Status (*rmsnorm)(kernels::View2<const float>, const float*, float, kernels::View2<float>);
   kernels::Status (*rope)(const kernels::RopeConfig&, const float*, const int32_t*, kernels::View3<float>,
                           kernels::View3<float>);
@@ -31,12 +33,21 @@ struct Ops {
   kernels::Status (*attention)(const kernels::KvCache&, const kernels::AttentionBatch&,
                                kernels::View3<const float>, kernels::View3<float>);
 };
-constexpr Ops kCpuOps{kernels::linear_cpu,    kernels::rmsnorm_cpu,  kernels::rope_cpu,
-                      kernels::silu_mul_cpu,  kernels::add_cpu,      kernels::embedding_cpu,
-                      kernels::kv_append_cpu, kernels::attention_cpu};
-constexpr Ops kRefOps{kernels::linear_ref,    kernels::rmsnorm_ref,  kernels::rope_ref,
-                      kernels::silu_mul_ref,  kernels::add_ref,      kernels::embedding_ref,
-                      kernels::kv_append_ref, kernels::attention_ref};
+// The references have no multi-product op: one linear_ref per output.
+static kernels::Status linear_multi_ref(kernels::View2<const float> x, const kernels::LinearOutput* outs,
+                                        int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    kernels::Status s = kernels::linear_ref(x, outs[i].w, outs[i].bias, outs[i].y);
+    if (!s.ok()) return s;
+  }
+  return kernels::ok_status();
+}
+constexpr Ops kCpuOps{kernels::linear_cpu,    kernels::linear_multi_cpu, kernels::rmsnorm_cpu,
+                      kernels::rope_cpu,      kernels::silu_mul_cpu,     kernels::add_cpu,
+                      kernels::embedding_cpu, kernels::kv_append_cpu,    kernels::attention_cpu};
+constexpr Ops kRefOps{kernels::linear_ref,    linear_multi_ref,       kernels::rmsnorm_ref,
+                      kernels::rope_ref,      kernels::silu_mul_ref,  kernels::add_ref,
+                      kernels::embedding_ref, kernels::kv_append_ref, kernels::attention_ref};
 
 namespace {
 
@@ -491,6 +502,23 @@ Status CpuBackend::linear(const Linear& l, const float* x, int64_t t, float* y) 
   return ok_status();
 }
 
+Status CpuBackend::linears(const float* x, int64_t t, std::initializer_list<LinearTo> outs) {
+  bool all_kernels = true;
+  for (const LinearTo& o : outs) all_kernels = all_kernels && o.l->f32 == nullptr;
+  if (!all_kernels) {
+    for (const LinearTo& o : outs) INFERGATE_RETURN_IF_ERROR(linear(*o.l, x, t, o.y));
+    return ok_status();
+  }
+  k::LinearOutput lo[kMaxLinears];
+  int64_t n = 0;
+  for (const LinearTo& o : outs) {
+    if (n == kMaxLinears) return Error(ErrorCode::kInternal, "linears: more than 4 products of one input");
+    lo[n++] = {o.l->view, o.l->bias.empty() ? nullptr : o.l->bias.data(), k::contiguous(o.y, t, o.l->rows)};
+  }
+  ENGINE_K(ops_->linear_multi(k::contiguous<const float>(x, t, outs.begin()->l->cols), lo, n), "linear");
+  return ok_status();
+}
+
 Status CpuBackend::kv_write_f32(int32_t layer, const float* kk, const float* vv, int64_t t,
                                 const int32_t* pages, const int32_t* slots) {
   // fp32 page: K [heads][16][dim] then V [heads][16][dim].
@@ -643,9 +671,8 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
     ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(x_.data(), T, H), L.input_norm.data(), eps_,
                            k::contiguous(h_.data(), T, H)),
              "input_layernorm");
-    INFERGATE_RETURN_IF_ERROR(linear(L.q, h_.data(), T, q_.data()));
-    INFERGATE_RETURN_IF_ERROR(linear(L.k, h_.data(), T, k_.data()));
-    INFERGATE_RETURN_IF_ERROR(linear(L.v, h_.data(), T, v_.data()));
+    INFERGATE_RETURN_IF_ERROR(
+        linears(h_.data(), T, {{&L.q, q_.data()}, {&L.k, k_.data()}, {&L.v, v_.data()}}));
     ENGINE_K(ops_->rope(rope_, inv_freq_.data(), pos.data(), k::contiguous(q_.data(), T, Hq, D),
                         k::contiguous(k_.data(), T, Hk, D)),
              "rope");
@@ -681,8 +708,8 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
       const k::View2<const float> gate{mlp_.data(), T, I, 2 * I}, up{mlp_.data() + I, T, I, 2 * I};
       ENGINE_K(ops_->silu_mul(gate, up, k::contiguous(act_.data(), T, I)), "silu_mul");
     } else {
-      INFERGATE_RETURN_IF_ERROR(linear(L.gate, h_.data(), T, mlp_.data()));
-      INFERGATE_RETURN_IF_ERROR(linear(L.up, h_.data(), T, mlp_.data() + T * I));
+      INFERGATE_RETURN_IF_ERROR(
+          linears(h_.data(), T, {{&L.gate, mlp_.data()}, {&L.up, mlp_.data() + T * I}}));
       ENGINE_K(ops_->silu_mul(k::contiguous<const float>(mlp_.data(), T, I),
                               k::contiguous<const float>(mlp_.data() + T * I, T, I),
                               k::contiguous(act_.data(), T, I)),

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -80,6 +81,14 @@ class CpuBackend final : public Backend {
   Status scale_rows(Linear& l, const std::vector<float>& factor);
   Status smooth_keys(Layer& L, std::string_view prefix);
   Status linear(const Linear& l, const float* x, int64_t t, float* y);
+  // y = x W^T (+ b) for up to kMaxLinears weights of the same input (q/k/v, gate/up): one pass over
+  // the kernels' thread pool instead of one per weight (each result the same as linear()'s).
+  struct LinearTo {
+    const Linear* l;
+    float* y;
+  };
+  static constexpr int64_t kMaxLinears = 4;
+  Status linears(const float* x, int64_t t, std::initializer_list<LinearTo> outs);
   Status kv_write_f32(int32_t layer, const float* k, const float* v, int64_t t, const int32_t* pages,
                       const int32_t* slots);
   void attention_f32(int32_t layer, std::span<const SequenceInput> batch, const std::vector<int32_t>& q_start,

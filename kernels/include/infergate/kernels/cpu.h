@@ -49,6 +49,17 @@ Status dequantize_weight_cpu(const WeightView& w, View2<float> out);
 // y = x W^T (+ bias), fused dequantization, fp32 accumulation. Batch 1 (GEMV) streams W once;
 // larger M reuses each dequantized vector for up to 4 rows of x.
 Status linear_cpu(View2<const float> x, const WeightView& w, const float* bias, View2<float> y);
+// One product of linear_multi_cpu: y = x W^T (+ bias).
+struct LinearOutput {
+  WeightView w;
+  const float* bias = nullptr;  // [N] or null
+  View2<float> y;               // [x.rows, N]
+};
+// Several products of the same x (a layer's q/k/v, gate/up) in one pass over the thread pool: each
+// output is bit-identical to linear_cpu with its weight, but the work of all of them is shared out
+// at once (one hand-off to the pool, one reordering of x for int4), not op by op. Every output is
+// checked before any is written; an invalid one is named by its index ("linear_multi[2]: ...").
+Status linear_multi_cpu(View2<const float> x, const LinearOutput* outs, int64_t count);
 
 // Bit-identical pages to kv_append_ref.
 Status kv_append_cpu(const KvCache& cache, const KvAppend& a);
