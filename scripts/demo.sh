@@ -91,7 +91,7 @@ echo "\$ $AGENT verify $ARTIFACTS/int8 --public-key $KEYS/release.pub.pem --expe
   | $PY -c 'import json,sys; r=json.load(sys.stdin); print("verified:", r.get("reason"), r.get("releaseDigest"))'
 
 # ---------------------------------------------------------------------------------------------
-write_model() {  # write_model PATH WEIGHTS KV
+write_model() {  # write_model PATH WEIGHTS KV [MAX_MEAN_KL]
   cat >"$MANIFESTS/$MODEL.yaml.tmp" <<EOF
 apiVersion: serving.infergate.dev/v1alpha1
 kind: InferenceModel
@@ -112,7 +112,7 @@ spec:
     stageOrder: [weights, kvCache, capacity]
     canary: {replicas: 1, analysisSeconds: 15}
     gates:
-      quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: 0.015, timeoutSeconds: 600}
+      quality: {suite: default, minTop1Agreement: 0.8, maxMeanKL: ${4:-0.015}, timeoutSeconds: 600}
       # Loose on purpose: on a shared 2-core machine the two tracks' latencies vary several-fold from
       # load alone; the gate still measures and reports both, and any error rate above 5% fails it.
       performance: {maxTTFTP95Ratio: 25.0, maxTPOTP95Ratio: 25.0, maxErrorRate: 0.05}
@@ -243,7 +243,9 @@ last_outcome
 run "$OPERATOR" local get events $MODEL --state "$STATE" | grep -iE 'digest|verif|rolled' | tail -n 5 || true
 
 step "7. int4 KV with per-token keys: the quality gate fails, rolled back"
-write_model int8 int8 int4
+# KV quantization should be nearly free (int8 KV measures a mean KL of about 5e-6 here), so the KV
+# stage is gated tighter than the weights stage: per-token int4 keys measure about 0.012 on this model.
+write_model int8 int8 int4 0.005
 follow "the int4 KV stage to be rolled back" "any(e.get('outcome')=='RolledBack' and e.get('stage')=='kvCache' for e in h)"
 last_outcome
 kill $TRAFFIC_PID 2>/dev/null || true

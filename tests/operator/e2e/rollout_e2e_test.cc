@@ -243,10 +243,10 @@ TEST_F(ServingRolloutE2E, AQualityGateFailureFromARealEvalJobRollsBackAndLeavesS
   o.runtime_bin = kRuntime;
   start_kubelet(std::move(o));
   start_operator();
-  // Per-token int4 keys cannot hold the model's outlier key channels: mean KL far above 0.005, which
-  // fp16 KV meets trivially (it is the baseline itself).
+  // Per-token int4 keys cannot hold the model's outlier key channels: mean KL ~3e-3 on this model and
+  // suite, above the 0.001 that KV quantization should stay under (int8 KV measures ~2e-5).
   deploy_serving(serving_model(
-      {{"quality", {{"suite", suite().string()}, {"maxMeanKL", 0.005}, {"timeoutSeconds", 240}}}}, 1));
+      {{"quality", {{"suite", suite().string()}, {"maxMeanKL", 0.001}, {"timeoutSeconds", 240}}}}, 1));
   const Json stable_before = status()["stable"];
   const Json stable_deploy = server_->get(kDeploys + "/glm").body;
   change([](Json& m) { m["spec"]["serving"]["kvCacheDtype"] = "int4"; });
@@ -257,7 +257,7 @@ TEST_F(ServingRolloutE2E, AQualityGateFailureFromARealEvalJobRollsBackAndLeavesS
   const std::string msg = rb["message"];
   EXPECT_NE(msg.find("quality gate"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mean_kl"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("0.005"), std::string::npos) << "the threshold is named: " << msg;
+  EXPECT_NE(msg.find("0.001"), std::string::npos) << "the threshold is named: " << msg;
   // The verdict came from the eval Job's own termination message (the Job itself is gone with the
   // canary; the kubelet keeps what its check container wrote).
   std::optional<std::string> result;
