@@ -664,34 +664,13 @@ Status CudaBackend::forward(std::span<const SequenceInput> batch, ForwardOutput*
   p.q_start.assign(batch.size() + 1, 0);
   p.kv_len.resize(batch.size());
   p.staging.resize(batch.size());
-  // The same validation as the CPU backend: nothing reaches the device unchecked (the kernels skip
-  // out-of-range ids rather than report them).
+  // The CPU backend's validation: nothing reaches the device unchecked (the kernels skip out-of-range
+  // ids rather than report them).
   for (int32_t s = 0; s < p.S; ++s) {
     const SequenceInput& in = batch[static_cast<size_t>(s)];
+    INFERGATE_RETURN_IF_ERROR(validate_sequence_input(in, s, shape_, num_blocks_, max_sequences_));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
-    if (n <= 0) return invalid_argument("forward: sequence " + std::to_string(s) + " has no new tokens");
-    if (in.start_position < 0) return invalid_argument("forward: negative start position");
     const int64_t end = in.start_position + n;
-    if (end > shape_.max_position) {
-      return out_of_range("forward: position " + std::to_string(end - 1) +
-                          " is past the model's maximum of " + std::to_string(shape_.max_position))
-          .with_reason("ContextTooLong");
-    }
-    if (static_cast<int64_t>(in.block_table.size()) < blocks_for_tokens(end)) {
-      return invalid_argument("forward: sequence " + std::to_string(s) + "'s block table is too short");
-    }
-    for (int32_t b : in.block_table) {
-      if (b < 0 || b >= num_blocks_)
-        return invalid_argument("forward: block id " + std::to_string(b) + " out of range");
-    }
-    if (in.slot < 0 || in.slot >= max_sequences_) return invalid_argument("forward: slot out of range");
-    for (int32_t id : in.tokens) {
-      if (id < 0 || id >= shape_.vocab) {
-        return invalid_argument("forward: token id " + std::to_string(id) + " is outside the vocabulary of " +
-                                std::to_string(shape_.vocab))
-            .with_reason("TokenOutOfRange");
-      }
-    }
     p.q_start[static_cast<size_t>(s) + 1] = p.q_start[static_cast<size_t>(s)] + static_cast<int32_t>(n);
     p.kv_len[static_cast<size_t>(s)] = static_cast<int32_t>(end);
     p.staging[static_cast<size_t>(s)] = in.slot;

@@ -578,6 +578,35 @@ void CpuBackend::attention_f32(int32_t layer, std::span<const SequenceInput> bat
   }
 }
 
+Status validate_sequence_input(const SequenceInput& in, int32_t s, const ModelShape& shape,
+                               int64_t num_blocks, int32_t max_sequences) {
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  if (n <= 0) return invalid_argument("forward: sequence " + std::to_string(s) + " has no new tokens");
+  if (in.start_position < 0) return invalid_argument("forward: negative start position");
+  const int64_t end = in.start_position + n;
+  if (end > shape.max_position) {
+    return out_of_range("forward: position " + std::to_string(end - 1) + " is past the model's maximum of " +
+                        std::to_string(shape.max_position))
+        .with_reason("ContextTooLong");
+  }
+  if (static_cast<int64_t>(in.block_table.size()) < blocks_for_tokens(end)) {
+    return invalid_argument("forward: sequence " + std::to_string(s) + "'s block table is too short");
+  }
+  for (int32_t b : in.block_table) {
+    if (b < 0 || b >= num_blocks)
+      return invalid_argument("forward: block id " + std::to_string(b) + " out of range");
+  }
+  if (in.slot < 0 || in.slot >= max_sequences) return invalid_argument("forward: slot out of range");
+  for (int32_t id : in.tokens) {
+    if (id < 0 || id >= shape.vocab) {
+      return invalid_argument("forward: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                              std::to_string(shape.vocab))
+          .with_reason("TokenOutOfRange");
+    }
+  }
+  return ok_status();
+}
+
 Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* out) {
   if (caches_.empty()) return failed_precondition("forward before allocate_kv");
   if (batch.empty()) return invalid_argument("forward: empty batch");
@@ -591,30 +620,9 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
   int64_t rows_out = 0;
   for (int32_t s = 0; s < S; ++s) {
     const SequenceInput& in = batch[static_cast<size_t>(s)];
+    INFERGATE_RETURN_IF_ERROR(validate_sequence_input(in, s, shape_, num_blocks_, max_sequences_));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
-    if (n <= 0) return invalid_argument("forward: sequence " + std::to_string(s) + " has no new tokens");
-    if (in.start_position < 0) return invalid_argument("forward: negative start position");
     const int64_t end = in.start_position + n;
-    if (end > shape_.max_position) {
-      return out_of_range("forward: position " + std::to_string(end - 1) +
-                          " is past the model's maximum of " + std::to_string(shape_.max_position))
-          .with_reason("ContextTooLong");
-    }
-    if (static_cast<int64_t>(in.block_table.size()) < blocks_for_tokens(end)) {
-      return invalid_argument("forward: sequence " + std::to_string(s) + "'s block table is too short");
-    }
-    for (int32_t b : in.block_table) {
-      if (b < 0 || b >= num_blocks_)
-        return invalid_argument("forward: block id " + std::to_string(b) + " out of range");
-    }
-    if (in.slot < 0 || in.slot >= max_sequences_) return invalid_argument("forward: slot out of range");
-    for (int32_t id : in.tokens) {
-      if (id < 0 || id >= shape_.vocab) {
-        return invalid_argument("forward: token id " + std::to_string(id) + " is outside the vocabulary of " +
-                                std::to_string(shape_.vocab))
-            .with_reason("TokenOutOfRange");
-      }
-    }
     q_start[static_cast<size_t>(s) + 1] = q_start[static_cast<size_t>(s)] + static_cast<int32_t>(n);
     kv_len[static_cast<size_t>(s)] = static_cast<int32_t>(end);
     staging[static_cast<size_t>(s)] = in.slot;

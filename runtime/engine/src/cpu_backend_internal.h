@@ -16,6 +16,12 @@
 namespace infergate::runtime::engine {
 
 // 64-byte aligned, zeroed host memory.
+// Checks one sequence of a forward batch against the model and the KV pool (new tokens, positions
+// within max_position, block table long enough and in range, staging slot, token ids in the
+// vocabulary); `s` is its index in the batch, for the message. Shared by every backend.
+Status validate_sequence_input(const SequenceInput& in, int32_t s, const ModelShape& shape,
+                               int64_t num_blocks, int32_t max_sequences);
+
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
