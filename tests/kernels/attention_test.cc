@@ -422,12 +422,12 @@ TEST(AttentionCpuInt, StaysWithinTheBoundOfItsEightBitQueryAndWeights) {
   SCOPED_TRACE(rng.trace());
   const Shape shapes[] = {
       {16, 4, 4, 128, {1, 15, 17, 32, 33, 100, 333}, {1, 1, 1, 1, 1, 1, 1}},  // GQA 1, around the chunks
-      {16, 2, 8, 128, {63, 200, 31}, {1, 1, 1}},                       // GQA 4 (Llama-3)
-      {16, 1, 8, 64, {90, 7}, {1, 1}},                                 // GQA 8, head_dim 64
-      {16, 1, 16, 256, {45}, {1}},                                     // 16 query heads, head_dim 256
-      {8, 2, 4, 128, {50, 21}, {1, 1}},                                // 8-token pages: 8-token chunks
-      {4, 1, 3, 128, {13}, {1}},                                       // 4-token pages, 3 query heads
-      {16, 2, 4, 40, {30}, {1}},                                       // a head_dim the path refuses
+      {16, 2, 8, 128, {63, 200, 31}, {1, 1, 1}},                              // GQA 4 (Llama-3)
+      {16, 1, 8, 64, {90, 7}, {1, 1}},                                        // GQA 8, head_dim 64
+      {16, 1, 16, 256, {45}, {1}},                                            // 16 query heads, head_dim 256
+      {8, 2, 4, 128, {50, 21}, {1, 1}},                                       // 8-token pages: 8-token chunks
+      {4, 1, 3, 128, {13}, {1}},                                              // 4-token pages, 3 query heads
+      {16, 2, 4, 40, {30}, {1}},                                              // a head_dim the path refuses
   };
   for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt4Kivi}) {
     for (const Shape& s : shapes) check_cpu(rng, dt, s, 0);

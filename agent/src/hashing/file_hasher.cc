@@ -56,8 +56,9 @@ void account(const HashOptions& o, const FileInfo& f, uint64_t chunk, uint64_t d
   if (o.after_chunk) o.after_chunk(f, done);
 }
 
-// 0: hashed; 1: a page of the mapping could not be read (SIGBUS: truncated, or an I/O error); 2: cancelled; 3: mmap failed (errno in
-// *err; the caller falls back to reads). Only plain data lives across sigsetjmp (no destructors to skip).
+// 0: hashed; 1: a page of the mapping could not be read (SIGBUS: truncated, or an I/O error); 2: cancelled;
+// 3: mmap failed (errno in *err; the caller falls back to reads). Only plain data lives across sigsetjmp (no
+// destructors to skip).
 int hash_mapped(int fd, const FileInfo& f, Sha256& h, const HashOptions& o, int* err) {
   sigjmp_buf jump;
   void* volatile window = nullptr;

@@ -253,8 +253,8 @@ TEST(PlannerCapacity, TheGlmExampleFitsItsGpuAsThePublishedConfigDoes) {
   EXPECT_TRUE(v->checked) << v->message;
   EXPECT_TRUE(v->fits) << v->message;
   // The example's inline config plans exactly as the published config.json does.
-  auto from_file = checker.check(api::pod_config(m->spec),
-                                 planning(m->spec.capacity_planning.gpu, fixture("glm-4-9b-chat-hf.json")), 2);
+  auto from_file = checker.check(
+      api::pod_config(m->spec), planning(m->spec.capacity_planning.gpu, fixture("glm-4-9b-chat-hf.json")), 2);
   ASSERT_TRUE(from_file.has_value());
   EXPECT_EQ(v->numbers, from_file->numbers);
 }
