@@ -372,24 +372,24 @@ Status make_test_model(const TestModelOptions& o) {
     // Tensors are drawn in parallel: each comes from its own generator (seeded by its name) and goes
     // to its own byte range (pwrite), so the file is the same for any thread count. A ~1B-parameter
     // model (the CUDA decode benchmark's) takes minutes on one core.
-    const std::vector<size_t>& todo = shards[s];
+    const std::vector<size_t>& members = shards[s];
     std::atomic<size_t> next{0};
     std::mutex mu;
     std::optional<Error> first_error;
     auto worker = [&] {
-      for (size_t j = next++; j < todo.size(); j = next++) {
-        const size_t i = todo[j];
+      for (size_t j = next++; j < members.size(); j = next++) {
+        const size_t i = members[j];
         Status st = write_tensor(w, tensors[i], plan_for(tensors[i], o, parsed), o);
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (!first_error) first_error = st.error();
-          next = todo.size();
+          next = members.size();
         }
       }
     };
     const size_t nthreads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
     std::vector<std::thread> pool;
-    for (size_t t = 1; t < std::min(nthreads, todo.size()); ++t) pool.emplace_back(worker);
+    for (size_t t = 1; t < std::min(nthreads, members.size()); ++t) pool.emplace_back(worker);
     worker();
     for (auto& t : pool) t.join();
     if (first_error) return *first_error;

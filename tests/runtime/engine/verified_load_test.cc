@@ -146,48 +146,30 @@ TEST_F(VerifiedLoadTest, GenerateCommandRefusesUnknownDtypesAndMismatchedFormats
 }
 
 TEST_F(VerifiedLoadTest, GenerateCommandStreamsTextAndStopsOnAStopString) {
-  CommandResult r = run_runtime({"generate",
-                                 "--model",
-                                 model_.string(),
-                                 "--weight-format",
-                                 "bf16",
-                                 "--kv-cache-dtype",
-                                 "int4-kivi",
-                                 "--prompt",
-                                 "The quick brown fox",
-                                 "--max-tokens",
-                                 "8",
-                                 "--ignore-eos",
-                                 "--temperature",
-                                 "0.9",
-                                 "--seed",
-                                 "4",
-                                 "--top-k",
-                                 "40",
-                                 "--top-p",
-                                 "0.9"});
+  const std::vector<std::string> args = {"generate",
+                                         "--model",
+                                         model_.string(),
+                                         "--weight-format",
+                                         "bf16",
+                                         "--kv-cache-dtype",
+                                         "int4-kivi",
+                                         "--prompt",
+                                         "The quick brown fox",
+                                         "--max-tokens",
+                                         "8",
+                                         "--ignore-eos",
+                                         "--temperature",
+                                         "0.9",
+                                         "--seed",
+                                         "4",
+                                         "--top-k",
+                                         "40",
+                                         "--top-p",
+                                         "0.9"};
+  CommandResult r = run_runtime(args);
   ASSERT_EQ(r.status.code, 0) << r.err;
   EXPECT_NE(r.err.find("generated tokens"), std::string::npos);
-  CommandResult again = run_runtime({"generate",
-                                     "--model",
-                                     model_.string(),
-                                     "--weight-format",
-                                     "bf16",
-                                     "--kv-cache-dtype",
-                                     "int4-kivi",
-                                     "--prompt",
-                                     "The quick brown fox",
-                                     "--max-tokens",
-                                     "8",
-                                     "--ignore-eos",
-                                     "--temperature",
-                                     "0.9",
-                                     "--seed",
-                                     "4",
-                                     "--top-k",
-                                     "40",
-                                     "--top-p",
-                                     "0.9"});
+  CommandResult again = run_runtime(args);
   EXPECT_EQ(r.out, again.out) << "same seed, same text";
 }
 
