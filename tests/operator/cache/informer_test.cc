@@ -134,8 +134,10 @@ TEST(Informer, ResyncRedeliversEveryObjectOnTheClock) {
   inf.add_handler(rec.handler());
   inf.start();
   ASSERT_TRUE(eventually([&] { return inf.has_synced(); }));
-  clock.advance(10min);
+  // The resync loop may not be waiting on the clock yet when the test first advances it (it would
+  // then wait a whole period from the new time): advance a period on every poll until it fires.
   ASSERT_TRUE(eventually([&] {
+    clock.advance(10min);
     std::lock_guard l(rec.mu);
     return std::find(rec.log.begin(), rec.log.end(), "update a") != rec.log.end();
   }));
