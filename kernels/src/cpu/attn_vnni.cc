@@ -475,6 +475,15 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
                 u.kv_head * psize * d
           : nullptr;
   const int32_t* table = b.block_table + int64_t{u.seq} * b.max_pages_per_seq;
+  // The layout's offsets for this head, once: per token only adds remain (the layout functions
+  // switch on the dtype, and a division by the page size per token cost more than the dot products).
+  const int64_t page_bytes = kv_page_bytes(l);
+  auto page_at = [&](int64_t i) { return cache.pages + int64_t{table[i]} * page_bytes; };
+  const int64_t k_row0 = kv_row_offset(l, reg.k_data, u.kv_head, 0);
+  const int64_t v_row0 = kv_row_offset(l, reg.v_data, u.kv_head, 0);
+  const int64_t prm_bytes = int4 ? G * 4 : 2;  // one token's scales (int4: G (d, m) pairs)
+  const int64_t k_prm0 = reg.k_params + u.kv_head * psize * prm_bytes;
+  const int64_t v_prm0 = reg.v_params + u.kv_head * psize * prm_bytes;
   int64_t kivi_page = -1;
   I acc[kAttnMaxRows * 16];  // K dot products: [rows][groups] (int4) or [rows]
   Chunk c;
@@ -483,15 +492,19 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     int64_t n = kv_end - kv < kTok ? kv_end - kv : kTok;
     // kivi: every 16-token tile within one page (its keys use that page's channel scales).
     if (kivi && psize % kHalf != 0 && psize - kv % psize < n) n = psize - kv % psize;
-    for (int64_t t = 0; t < kTok; ++t) {
-      if (t < n) {
-        const uint8_t* pg = cache.page(table[(kv + t) / psize]);
-        const int64_t slot = (kv + t) % psize;
-        c.krow[t] = pg + kv_row_offset(l, reg.k_data, u.kv_head, slot);
-        c.vrow[t] = pg + kv_row_offset(l, reg.v_data, u.kv_head, slot);
-      } else {
-        c.krow[t] = c.vrow[t] = kZeroRow;
+    {
+      int64_t pi = kv / psize, slot = kv % psize;
+      const uint8_t* pg = page_at(pi);
+      for (int64_t t = 0; t < n; ++t) {
+        if (slot == psize) {
+          slot = 0;
+          pg = page_at(++pi);
+        }
+        c.krow[t] = pg + k_row0 + slot * rb;
+        c.vrow[t] = pg + v_row0 + slot * rb;
+        ++slot;
       }
+      for (int64_t t = n; t < kTok; ++t) c.krow[t] = c.vrow[t] = kZeroRow;
     }
     // The tiles of 16 tokens: where their scales are (a tile may straddle two pages only when pages
     // are shorter than 16 tokens; then its scales are read token by token).
@@ -505,18 +518,16 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     for (int64_t h = 0; h < 2; ++h) {
       const int64_t ahead = kv + n + kTok + kHalf * h;
       if (ahead >= kv_end) break;
-      const uint8_t* pf = cache.page(table[ahead / psize]);
+      const uint8_t* pf = page_at(ahead / psize);
       const int64_t pt = ahead % psize;
       int64_t pn = psize - pt < kHalf ? psize - pt : kHalf;
       if (kv_end - ahead < pn) pn = kv_end - ahead;
-      pfk[h] = pf + kv_row_offset(l, reg.k_data, u.kv_head, pt);
-      pfv[h] = pf + kv_row_offset(l, reg.v_data, u.kv_head, pt);
+      pfk[h] = pf + k_row0 + pt * rb;
+      pfv[h] = pf + v_row0 + pt * rb;
       pf_bytes[h] = pn * rb;
-      const int64_t pb = int4 ? pn * G * 4 : pn * 2;
-      const uint8_t* kp = pf + (int4 ? kv_int4_param_offset(l, reg.k_params, u.kv_head, pt, 0)
-                                     : kv_int8_param_offset(l, reg.k_params, u.kv_head, pt));
-      const uint8_t* vp = pf + (int4 ? kv_int4_param_offset(l, reg.v_params, u.kv_head, pt, 0)
-                                     : kv_int8_param_offset(l, reg.v_params, u.kv_head, pt));
+      const int64_t pb = pn * prm_bytes;
+      const uint8_t* kp = pf + k_prm0 + pt * prm_bytes;
+      const uint8_t* vp = pf + v_prm0 + pt * prm_bytes;
       for (int64_t off = 0; off < pb; off += 64) {
         if (!kivi) __builtin_prefetch(kp + off, 0, 3);
         __builtin_prefetch(vp + off, 0, 3);
@@ -527,30 +538,25 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     auto tile_one_page = [&](int64_t h) {
       return (kv + kHalf * h) / psize == (kv + kHalf * h + tile_n(h) - 1) / psize;
     };
-    auto int8_scales = [&](int64_t region, int64_t h) -> V {
+    // prm0: k_prm0 or v_prm0.
+    auto int8_scales = [&](int64_t prm0, int64_t h) -> V {
       const int64_t t = kv + kHalf * h, tn = tile_n(h);
-      if (tile_one_page(h)) {
-        return load_f16_n(
-            cache.page(table[t / psize]) + kv_int8_param_offset(l, region, u.kv_head, t % psize), tn);
-      }
+      if (tile_one_page(h)) return load_f16_n(page_at(t / psize) + prm0 + t % psize * 2, tn);
       alignas(64) float x[16] = {};
       for (int64_t i = 0; i < tn; ++i) {
-        x[i] = fp16_to_float(load_u16(cache.page(table[(t + i) / psize]) +
-                                      kv_int8_param_offset(l, region, u.kv_head, (t + i) % psize)));
+        x[i] = fp16_to_float(load_u16(page_at((t + i) / psize) + prm0 + (t + i) % psize * 2));
       }
       return vload(x);
     };
-    auto int4_scales = [&](int64_t region, int64_t h, V* dg, V* mg) {
+    auto int4_scales = [&](int64_t prm0, int64_t h, V* dg, V* mg) {
       const int64_t t = kv + kHalf * h, tn = tile_n(h);
       if (tile_one_page(h)) {
-        load_dm(cache.page(table[t / psize]) + kv_int4_param_offset(l, region, u.kv_head, t % psize, 0), G,
-                tn, dg, mg);
+        load_dm(page_at(t / psize) + prm0 + t % psize * prm_bytes, G, tn, dg, mg);
         return;
       }
       alignas(64) float dx[16][16] = {}, mx[16][16] = {};
       for (int64_t i = 0; i < tn; ++i) {
-        const uint8_t* pp = cache.page(table[(t + i) / psize]) +
-                            kv_int4_param_offset(l, region, u.kv_head, (t + i) % psize, 0);
+        const uint8_t* pp = page_at((t + i) / psize) + prm0 + (t + i) % psize * prm_bytes;
         for (int64_t g = 0; g < G; ++g) {
           dx[g][i] = fp16_to_float(load_u16(pp + 4 * g));
           mx[g][i] = fp16_to_float(load_u16(pp + 4 * g + 2));
@@ -570,7 +576,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       if (dt == KvDtype::kInt8) {
         k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
         k_all<false>(st, acc);
-        const V dk = int8_scales(reg.k_params, h);
+        const V dk = int8_scales(k_prm0, h);
         for (int64_t r = 0; r < st.rows; ++r) {
           const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
           vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
@@ -579,7 +585,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
         k_all<true>(st, acc);
         V dg[16], mg[16];
-        int4_scales(reg.k_params, h, dg, mg);
+        int4_scales(k_prm0, h, dg, mg);
         for (int64_t r = 0; r < st.rows; ++r) {
           V sv = vzero();
           for (int64_t g = 0; g < G; ++g) {
@@ -604,7 +610,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         const int64_t tile_page = (kv + kHalf * h) / psize;
         if (kivi_page != tile_page) {  // q' = q * d_c per page, quantized; bias = q . m
           const uint8_t* prm =
-              cache.page(table[tile_page]) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0);
+              page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0);
           for (int64_t r = 0; r < st.rows; ++r) {
             alignas(64) float qd[1024];
             alignas(64) int8_t codes[1024];
@@ -636,16 +642,16 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
 
     // ---- weights: w = p * (V scale), u8 per (row, group) over the chunk ----
     if (dt == KvDtype::kInt8) {
-      const V dv0 = int8_scales(reg.v_params, 0), dv1 = halves > 1 ? int8_scales(reg.v_params, 1) : vzero();
+      const V dv0 = int8_scales(v_prm0, 0), dv1 = halves > 1 ? int8_scales(v_prm0, 1) : vzero();
       for (int64_t r = 0; r < st.rows; ++r) {
         const float* p = st.s + r * kTok;
         st.sw[r] = quantize_u8(vmul(vload(p), dv0), vmul(vload(p + 16), dv1), st.wc + r * 32);
       }
     } else {
       V dg0[16], mg0[16], dg1[16], mg1[16];
-      int4_scales(reg.v_params, 0, dg0, mg0);
+      int4_scales(v_prm0, 0, dg0, mg0);
       if (halves > 1) {
-        int4_scales(reg.v_params, 1, dg1, mg1);
+        int4_scales(v_prm0, 1, dg1, mg1);
       } else {
         for (int64_t g = 0; g < G; ++g) dg1[g] = mg1[g] = vzero();
       }
