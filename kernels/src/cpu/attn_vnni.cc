@@ -17,6 +17,9 @@
 //       lane (byte unpacks) so that one instruction adds 4 tokens of 16 channels:
 //         int8 V: o_c += sw sum_t wc_t vc_tc          int4 V: o_c += sw_g sum_t wc_t u_tc + sum_t p_t m_tg
 //       The int32 chunk sums become fp32 once per chunk.
+// Loads, more than multiply-adds, bound these loops (on the 2-vCPU Xeon measured, a zmm load costs
+// about as much as two vpdpbusd): the two K tiles of a chunk share every broadcast of a q dword, and
+// the int4 weight operands are permuted out of one register per row instead of being stored and loaded.
 // Every K and V row is read once for all query heads of its group (the unit's rows). The error this
 // adds (q to 8 bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
 #include <cmath>
@@ -200,10 +203,9 @@ struct State {
   int32_t* corr = nullptr;  // [rows] int8: 128 * sum of codes
   int32_t* qg = nullptr;    // [rows][groups] int4: sum of codes per group
   float* bias = nullptr;    // [rows] kivi: q . m of the current page
-  I* kt = nullptr;          // K of one 16-token tile transposed (d / 4 vectors)
+  I* kt = nullptr;          // K of the chunk's two 16-token tiles transposed (d / 4 vectors each)
   I* vt = nullptr;          // V of the chunk interleaved (d / 2 vectors: [sub][8 token quads][4])
   uint8_t* wc = nullptr;    // [rows][groups][32] weight codes of the chunk
-  I* wv = nullptr;          // int4: [rows][d / 128][8] the codes as vpdpbusd operands (see v_accumulate)
   float* sw = nullptr;      // [rows][groups] weight scales of the chunk
   float* o = nullptr;       // [rows][d] output in the interleaved channel order
   float* macc = nullptr;    // [rows][groups][16] int4 V: sum_t p_t m_tg per lane
@@ -237,10 +239,9 @@ static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
   st.corr = reinterpret_cast<int32_t*>(take(R * 4));
   st.qg = reinterpret_cast<int32_t*>(take(R * G * 4));
   st.bias = reinterpret_cast<float*>(take(R * 4));
-  st.kt = reinterpret_cast<I*>(take(d / 4 * 64));
+  st.kt = reinterpret_cast<I*>(take(d / 2 * 64));  // two tiles
   st.vt = reinterpret_cast<I*>(take(d / 2 * 64));
   st.wc = take(R * G * 32);
-  st.wv = reinterpret_cast<I*>(take(R * (d / 128 + 1) * 8 * 64));
   st.sw = reinterpret_cast<float*>(take(R * G * 4));
   st.o = reinterpret_cast<float*>(take(R * d * 4));
   st.macc = reinterpret_cast<float*>(take(R * G * 16 * 4));
@@ -329,6 +330,71 @@ static void k_dots(const State& st, int64_t r0, I* acc) {
   }
 }
 
+// As k_dots, for the two 16-token tiles of a chunk at once (kt: tile 0, kt + d / 4: tile 1): every
+// broadcast q dword (a load) serves both tiles. acc[(h * rows + r) * per + ...] for tile h.
+template <int R, bool INT4>
+static void k_dots2(const State& st, int64_t r0, I* acc) {
+  const int64_t d = st.d, per = INT4 ? st.groups : 1, tile = d / 4;
+  I* acc1 = acc + st.rows * per;
+  if constexpr (!INT4) {
+    I a0[R], a1[R], b0[R], b1[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = b0[r] = b1[r] = vi_zero();
+    for (int64_t j = 0; j < d / 4; j += 2) {
+      const I k0 = vi_load(st.kt + j), k1 = vi_load(st.kt + j + 1);
+      const I l0 = vi_load(st.kt + tile + j), l1 = vi_load(st.kt + tile + j + 1);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q = st.qc + (r0 + r) * d;
+        const I q0 = vi_set1(load_i32(q + 4 * j)), q1 = vi_set1(load_i32(q + 4 * j + 4));
+        a0[r] = dp(a0[r], k0, q0);
+        a1[r] = dp(a1[r], k1, q1);
+        b0[r] = dp(b0[r], l0, q0);
+        b1[r] = dp(b1[r], l1, q1);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_add_epi32(a0[r], a1[r]);
+      acc1[r] = _mm512_add_epi32(b0[r], b1[r]);
+    }
+  } else {
+    for (int64_t b = 0; b < d / 128; ++b) {
+      for (int64_t h = 0; h < 2; ++h) {
+        I lo[R], hi[R], lo1[R], hi1[R];
+        for (int r = 0; r < R; ++r) lo[r] = hi[r] = lo1[r] = hi1[r] = vi_zero();
+        for (int64_t j = 8 * h; j < 8 * h + 8; ++j) {
+          const I* k = st.kt + (b * 16 + j) * 2;
+          const I kl = vi_load(k), kh = vi_load(k + 1), ml = vi_load(k + tile), mh = vi_load(k + tile + 1);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* even = st.qc + (r0 + r) * d;
+            const int8_t* odd = even + d / 2;
+            const I qe = vi_set1(load_i32(even + 4 * (b * 16 + j))), qo = vi_set1(load_i32(odd + 4 * (b * 16 + j)));
+            lo[r] = dp(lo[r], kl, qe);
+            hi[r] = dp(hi[r], kh, qo);
+            lo1[r] = dp(lo1[r], ml, qe);
+            hi1[r] = dp(hi1[r], mh, qo);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          acc[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo[r], hi[r]);
+          acc1[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo1[r], hi1[r]);
+        }
+      }
+    }
+  }
+}
+
+template <bool INT4>
+static void k_all2(const State& st, I* acc) {
+  int64_t r = 0;
+  const int64_t per = INT4 ? st.groups : 1;
+  for (; r + 4 <= st.rows; r += 4) k_dots2<4, INT4>(st, r, acc + r * per);
+  switch (st.rows - r) {
+    case 3: k_dots2<3, INT4>(st, r, acc + r * per); break;
+    case 2: k_dots2<2, INT4>(st, r, acc + r * per); break;
+    case 1: k_dots2<1, INT4>(st, r, acc + r * per); break;
+    default: break;
+  }
+}
+
 // ---- the unit ----
 
 struct Chunk {
@@ -366,13 +432,21 @@ static void v_accumulate(const State& st, int64_t r0, int64_t sub) {
   // int4: lanes of 128-bit lanes 0-1 take group g0, of 2-3 group g0 + 1 (sub-slice = 128 channels'
   // even or odd half).
   const int64_t g0 = INT4 ? 2 * (sub / 2) : 0;
+  // int4: row r's codes of groups g0 and g0 + 1 (32 bytes each), in a register for the whole chunk; the
+  // operand of tokens 4 tb .. 4 tb + 3 is dword tb of each half, spread over its 8 lanes.
+  I both[R];
+  if constexpr (INT4) {
+    for (int r = 0; r < R; ++r) both[r] = vi_load(st.wc + ((r0 + r) * st.groups + g0) * 32);
+  }
+  const I idx_base = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
   for (int64_t tb = 0; tb < kTok / 4; ++tb) {
     const I* v = st.vt + (sub * 8 + tb) * 4;
     const I v0 = vi_load(v), v1 = vi_load(v + 1), v2 = vi_load(v + 2), v3 = vi_load(v + 3);
+    const I idx = _mm512_add_epi32(idx_base, vi_set1(static_cast<int32_t>(tb)));
     for (int r = 0; r < R; ++r) {
       I w;
       if constexpr (INT4) {
-        w = vi_load(st.wv + ((r0 + r) * (st.d / 128) + sub / 2) * 8 + tb);
+        w = _mm512_permutexvar_epi32(idx, both[r]);
       } else {
         w = vi_set1(load_i32(st.wc + (r0 + r) * 32 + 4 * tb));
       }
@@ -485,7 +559,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   const int64_t k_prm0 = reg.k_params + u.kv_head * psize * prm_bytes;
   const int64_t v_prm0 = reg.v_params + u.kv_head * psize * prm_bytes;
   int64_t kivi_page = -1;
-  I acc[kAttnMaxRows * 16];  // K dot products: [rows][groups] (int4) or [rows]
+  I acc[2 * kAttnMaxRows * 16];  // K dot products: [tile][rows][groups] (int4) or [tile][rows]
   Chunk c;
   for (int64_t kv = u.kv0; kv < kv_end;) {
     // A chunk: up to 32 tokens, across pages.
@@ -539,7 +613,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       return (kv + kHalf * h) / psize == (kv + kHalf * h + tile_n(h) - 1) / psize;
     };
     // prm0: k_prm0 or v_prm0.
-    auto int8_scales = [&](int64_t prm0, int64_t h) -> V {
+    auto int8_scales = [&](int64_t prm0, int64_t h) __attribute__((always_inline)) -> V {
       const int64_t t = kv + kHalf * h, tn = tile_n(h);
       if (tile_one_page(h)) return load_f16_n(page_at(t / psize) + prm0 + t % psize * 2, tn);
       alignas(64) float x[16] = {};
@@ -548,7 +622,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       }
       return vload(x);
     };
-    auto int4_scales = [&](int64_t prm0, int64_t h, V* dg, V* mg) {
+    auto int4_scales = [&](int64_t prm0, int64_t h, V* dg, V* mg) __attribute__((always_inline)) {
       const int64_t t = kv + kHalf * h, tn = tile_n(h);
       if (tile_one_page(h)) {
         load_dm(page_at(t / psize) + prm0 + t % psize * prm_bytes, G, tn, dg, mg);
@@ -569,27 +643,50 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     };
 
     // ---- scores: st.s[r][t] ----
+    const bool paired = !kivi && halves == 2;  // both tiles' dot products in one pass
+    if (paired) {
+      for (int64_t h = 0; h < 2; ++h) {
+        if (dt == KvDtype::kInt8) {
+          k_int8_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
+        } else {
+          k_int4_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
+        }
+      }
+      if (dt == KvDtype::kInt8) {
+        k_all2<false>(st, acc);
+      } else {
+        k_all2<true>(st, acc);
+      }
+    }
     for (int64_t h = 0; h < halves; ++h) {
       const uint8_t* pfk_h = pfk[h];
       const int64_t pfb_h = pf_bytes[h];
       const int64_t tn = tile_n(h);
       if (dt == KvDtype::kInt8) {
-        k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-        k_all<false>(st, acc);
+        const I* acc_h = acc + h * st.rows;
+        if (!paired) {
+          k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
+          k_all<false>(st, acc);
+          acc_h = acc;
+        }
         const V dk = int8_scales(k_prm0, h);
         for (int64_t r = 0; r < st.rows; ++r) {
-          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
+          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc_h[r], vi_set1(st.corr[r])));
           vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
         }
       } else if (!kivi) {
-        k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-        k_all<true>(st, acc);
+        const I* acc_h = acc + h * st.rows * G;
+        if (!paired) {
+          k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
+          k_all<true>(st, acc);
+          acc_h = acc;
+        }
         V dg[16], mg[16];
         int4_scales(k_prm0, h, dg, mg);
         for (int64_t r = 0; r < st.rows; ++r) {
           V sv = vzero();
           for (int64_t g = 0; g < G; ++g) {
-            sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[g], sv);
+            sv = vfma(_mm512_cvtepi32_ps(acc_h[r * G + g]), dg[g], sv);
             sv = vfma(mg[g], vset1(static_cast<float>(st.qg[r * G + g])), sv);
           }
           vstore(st.s + r * kTok + kHalf * h, vmul(sv, vset1(st.sq[r])));
@@ -661,19 +758,6 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
           st.sw[r * G + g] = quantize_u8(vmul(p0, dg0[g]), vmul(p1, dg1[g]), st.wc + (r * G + g) * 32);
           float* ma = st.macc + (r * G + g) * 16;
           vstore(ma, vfma(vload(ma), vset1(st.alpha[r]), vfma(p0, mg0[g], vmul(p1, mg1[g]))));
-        }
-      }
-      // The u8 operands of v_accumulate: for 128-channel slice sl and tokens 4 tb .. 4 tb + 3, lanes 0-7
-      // (channels of group 2 sl) hold group 2 sl's 4 codes, lanes 8-15 group 2 sl + 1's.
-      const I idx_base = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
-      for (int64_t r = 0; r < st.rows; ++r) {
-        for (int64_t sl = 0; sl < d / 128; ++sl) {
-          const I both = vi_load(st.wc + (r * G + 2 * sl) * 32);
-          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
-            vi_store(st.wv + (r * (d / 128) + sl) * 8 + tb,
-                     _mm512_permutexvar_epi32(_mm512_add_epi32(idx_base, vi_set1(static_cast<int32_t>(tb))),
-                                              both));
-          }
         }
       }
     }
@@ -789,8 +873,8 @@ bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u
 
 int64_t vnni_decode_scratch_floats(int64_t d) {
   const int64_t R = kAttnMaxRows, G = (d + kKvInt4Group - 1) / kKvInt4Group + 1;
-  const int64_t bytes = R * (d / 128 + 1) * 8 * 64 + R * d * 4 + R * d + 3 * R * 4 + R * G * 4 +
-                        d / 4 * 64 * 3 + R * G * 32 + R * G * 4 + R * d * 4 + R * G * 64 + R * 64 +
+  const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 +
+                        d / 4 * 64 * 4 + R * G * 32 + R * G * 4 + R * d * 4 + R * G * 64 + R * 64 +
                         2 * R * 4 + R * 128;
   return bytes / 4 + 64 * 20;  // + alignment of every region
 }
