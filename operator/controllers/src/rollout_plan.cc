@@ -360,7 +360,7 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
           js.deadline_seconds = spec.rollout.quality.timeout_seconds;
           actions.push_back({PlannedAction::Kind::kApplyJob, {}, {}, "", js});
         }
-        si.quality = rollout::evaluate_quality_job(spec.rollout.quality, job);
+        si.quality = rollout::evaluate_quality_job(spec.rollout.quality, job, now);
       }
       // Performance: measured by the controller once the window is over.
       if (!rollout::performance_configured(spec.rollout.performance)) {

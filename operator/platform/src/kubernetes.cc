@@ -383,6 +383,7 @@ JobState job_state(const Json& job, const std::vector<const Json*>& pods) {
       failed = true;
       j.reason = str(c, "reason");
       j.message = str(c, "message");
+      if (auto t = parse_rfc3339(str(c, "lastTransitionTime")); t.ok()) j.failed_at = *t;
     }
   }
   if (integer(status, "active") > 0) j.phase = JobState::Phase::kRunning;

@@ -169,7 +169,8 @@ GateVerdict evaluate_quality_result(const api::QualityGateSpec& spec, int exit_c
   return v;
 }
 
-GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platform::JobState& job) {
+GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platform::JobState& job,
+                                 WallTime now) {
   if (!job.exists) return verdict(Outcome::kPending, "EvalJobStarting", "starting the eval job");
   if (job.terminated && (job.phase != platform::JobState::Phase::kPending)) {
     if (job.phase == platform::JobState::Phase::kSucceeded ||
@@ -178,6 +179,10 @@ GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platfor
     }
   }
   if (job.phase == platform::JobState::Phase::kFailed) {
+    if (job.reason != "DeadlineExceeded" && job.failed_at && now - *job.failed_at < kEvalResultGrace) {
+      return verdict(Outcome::kPending, "EvalResultPending",
+                     "the eval job failed; waiting to see its pod's result");
+    }
     std::string why = job.reason.empty() ? "Failed" : job.reason;
     return verdict(
         Outcome::kInconclusive, "EvalJobFailed",

@@ -272,13 +272,16 @@ Json job_pod(const Json& state) {
 TEST(JobState, ReadsTheResultFromTheTerminatedContainer) {
   Json pod =
       job_pod({{"terminated", {{"exitCode", 1}, {"reason", "Error"}, {"message", "{\"passed\":false}"}}}});
-  JobState s = job_state(
-      job_with(
-          {{"conditions",
-            Json::array({{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}})}}),
-      {&pod});
+  JobState s =
+      job_state(job_with({{"conditions", Json::array({{{"type", "Failed"},
+                                                       {"status", "True"},
+                                                       {"reason", "BackoffLimitExceeded"},
+                                                       {"lastTransitionTime", "2026-01-01T00:00:05Z"}}})}}),
+                {&pod});
   EXPECT_TRUE(s.exists);
   EXPECT_EQ(s.phase, JobState::Phase::kFailed);
+  ASSERT_TRUE(s.failed_at.has_value());  // the gate waits a little from then for a pod not yet seen
+  EXPECT_EQ(format_rfc3339(*s.failed_at), "2026-01-01T00:00:05Z");
   EXPECT_TRUE(s.terminated);
   EXPECT_EQ(s.exit_code, 1);
   EXPECT_EQ(s.termination_message, "{\"passed\":false}");

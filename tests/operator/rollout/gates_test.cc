@@ -8,6 +8,8 @@
 namespace infergate::op::rollout {
 namespace {
 
+const WallTime kNow = WallTime{} + std::chrono::hours(24 * 365 * 56);
+
 api::QualityGateSpec quality_spec() {
   api::QualityGateSpec q;
   q.suite = "default";
@@ -70,16 +72,49 @@ TEST(QualityGate, AJobThatCannotRunFailsTheGateAtOnce) {
   platform::JobState job;
   job.exists = true;
   job.reason = "ImagePullBackOff";
-  GateVerdict v = evaluate_quality_job(quality_spec(), job);
+  GateVerdict v = evaluate_quality_job(quality_spec(), job, kNow);
   EXPECT_EQ(v.outcome, Outcome::kInconclusive);
   EXPECT_TRUE(v.blocks());
   job.reason = "";
-  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kPending);
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job, kNow).outcome, Outcome::kPending);
   job.phase = platform::JobState::Phase::kFailed;
   job.reason = "DeadlineExceeded";
-  v = evaluate_quality_job(quality_spec(), job);
+  v = evaluate_quality_job(quality_spec(), job, kNow);
   EXPECT_EQ(v.outcome, Outcome::kInconclusive);
   EXPECT_NE(v.message.find("DeadlineExceeded"), std::string::npos);
+}
+
+TEST(QualityGate, AJobSeenFailedBeforeItsPodWaitsForThePodsResult) {
+  // The Job's Failed condition and its pod's termination come through separate watches: the gate can
+  // see the first without the second, though the result (the termination message) exists.
+  platform::JobState job;
+  job.exists = true;
+  job.phase = platform::JobState::Phase::kFailed;
+  job.reason = "BackoffLimitExceeded";
+  job.failed_at = kNow - std::chrono::seconds(1);
+  GateVerdict v = evaluate_quality_job(quality_spec(), job, kNow);
+  EXPECT_EQ(v.outcome, Outcome::kPending);
+  EXPECT_EQ(v.reason, "EvalResultPending");
+  // The pod's end arrives: judged by its result, not by the Job's failure.
+  job.terminated = true;
+  job.exit_code = 1;
+  job.termination_message = eval_json(0.5, 0.001, false);
+  v = evaluate_quality_job(quality_spec(), job, kNow);
+  EXPECT_EQ(v.outcome, Outcome::kFailed);
+  EXPECT_EQ(v.reason, "QualityThresholdFailed");
+  // It never arrives: after the grace the failure is the verdict.
+  job.terminated = false;
+  job.termination_message.clear();
+  job.failed_at = kNow - kEvalResultGrace;
+  v = evaluate_quality_job(quality_spec(), job, kNow);
+  EXPECT_EQ(v.outcome, Outcome::kInconclusive);
+  EXPECT_EQ(v.reason, "EvalJobFailed");
+  // No time from the platform, or a deadline (its pod is deleted): no wait.
+  job.failed_at.reset();
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job, kNow).reason, "EvalJobFailed");
+  job.failed_at = kNow;
+  job.reason = "DeadlineExceeded";
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job, kNow).reason, "EvalJobFailed");
 }
 
 TEST(QualityGate, AFinishedJobIsJudgedByItsResult) {
@@ -88,11 +123,11 @@ TEST(QualityGate, AFinishedJobIsJudgedByItsResult) {
   job.phase = platform::JobState::Phase::kSucceeded;
   job.terminated = true;
   job.termination_message = eval_json(0.95, 0.001);
-  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kPassed);
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job, kNow).outcome, Outcome::kPassed);
   job.phase = platform::JobState::Phase::kFailed;
   job.exit_code = 1;
   job.termination_message = eval_json(0.5, 0.001, false);
-  EXPECT_EQ(evaluate_quality_job(quality_spec(), job).outcome, Outcome::kFailed);
+  EXPECT_EQ(evaluate_quality_job(quality_spec(), job, kNow).outcome, Outcome::kFailed);
 }
 
 TEST(QualityGate, EvalCommandCarriesTheThresholdsAndTheContractFlags) {

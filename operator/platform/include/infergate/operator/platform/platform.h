@@ -128,6 +128,8 @@ struct JobState {
   // BackoffLimitExceeded, Error, OOMKilled, ...
   std::string reason;
   std::string message;
+  // When the Job's Failed condition was set (its lastTransitionTime), where the platform says.
+  std::optional<WallTime> failed_at;
 };
 
 // An HTTP answer from a pod or a monitoring server (the rollout reads /metrics and Prometheus' API).

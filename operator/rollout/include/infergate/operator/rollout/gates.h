@@ -58,8 +58,13 @@ GateVerdict evaluate_quality_result(const api::QualityGateSpec& spec, int exit_c
                                     const std::string& termination_message);
 
 // The verdict from the job as the platform reports it: Pending while it runs; a job that cannot run
-// (image pull failure, a crash without a result, the deadline) is Inconclusive.
-GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platform::JobState& job);
+// (image pull failure, a crash without a result, the deadline) is Inconclusive. A Job seen Failed
+// before its pod's end (the two come through separate watches) stays Pending for up to
+// kEvalResultGrace after the failure, for the pod's result; never after DeadlineExceeded, whose pod
+// the Job controller deletes.
+inline constexpr std::chrono::seconds kEvalResultGrace{20};
+GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platform::JobState& job,
+                                 WallTime now);
 
 // ---- Performance ----
 
