@@ -106,11 +106,17 @@ TEST(Supervisor, AppendsEveryAttemptsOutputToTheLogAndRemembersWhereEachBegins) 
 }
 
 TEST(Supervisor, StopsAProcessThatIgnoresSigtermWithSigkillAfterTheGrace) {
+  auto dir = TempDir::create("sup");
+  ASSERT_TRUE(dir.ok());
   ProcessSupervisor sup(BackoffPolicy{}, SystemClock::instance(), 5ms);
-  ProcessSpec s = shell("trap '' TERM; exec sleep 1000");
+  // SIGTERM must come after the shell ignores it: a loaded machine showed the pid before the trap
+  // ran, the shell died of the SIGTERM at once, and the test read that as an early SIGKILL.
+  const auto trapped = dir->path() / "trapped";
+  ProcessSpec s = shell("trap '' TERM; : > '" + trapped.string() + "'; exec sleep 1000");
   s.grace = 300ms;
   ASSERT_TRUE(sup.add("stubborn", s).ok());
-  ASSERT_TRUE(eventually([&] { return sup.status("stubborn")->pid > 0; }));
+  ASSERT_TRUE(
+      eventually([&] { return sup.status("stubborn")->pid > 0 && std::filesystem::exists(trapped); }));
   const pid_t pid = sup.status("stubborn")->pid;
   auto t0 = std::chrono::steady_clock::now();
   sup.remove("stubborn");
