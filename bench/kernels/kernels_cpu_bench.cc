@@ -364,12 +364,16 @@ BENCHMARK(BM_Attention)
     ->UseRealTime()
     ->MinTime(0.5);
 
-// Collects every run so the summary can print ratios measured in this same process.
+// Collects every run so the summary can print ratios measured in this same process. With
+// --benchmark_repetitions=N the summary uses each benchmark's median (with
+// --benchmark_enable_random_interleaving, the steadiest figure on a shared machine), not the
+// repetitions one by one nor the other aggregates.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Aggregate ? r.aggregate_name != "median" : r.repetitions > 1) continue;
       if (const auto f = r.counters.find("items_per_second");
           f != r.counters.end() && r.benchmark_name().rfind("fma_peak", 0) == 0) {
         fma_peak_ = static_cast<double>(f->second);
@@ -377,7 +381,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       const auto it = r.counters.find("bytes_per_second");
       if (it == r.counters.end()) continue;
       const auto cpu = r.counters.find("cpu_ms");
-      results_.push_back({r.benchmark_name(), r.report_label, static_cast<double>(it->second),
+      results_.push_back({r.run_name.str(), r.report_label, static_cast<double>(it->second),
                           r.GetAdjustedRealTime(),
                           cpu == r.counters.end() ? 0.0 : static_cast<double>(cpu->second)});
     }
