@@ -253,6 +253,58 @@ static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
   return st;
 }
 
+// kivi: q' = q * d_c with the page's per-channel key scales, per row, quantized as quantize_s8 does
+// (same codes, bit for bit) straight into even and odd channel codes (st.qc), with st.sq and
+// st.bias = q . m_c. The scales are unpacked once per page, not once per row, and the codes go from
+// registers to their places by packs and one dword permute (no byte stores read back as vectors).
+static void kivi_requantize(const State& st, const uint8_t* prm) {
+  const int64_t d = st.d;
+  alignas(64) float dc[1024], mc[1024], qd[1024];
+  for (int64_t ch = 0; ch < d; ch += kW) {
+    V a, b;
+    vload_param_pairs(prm + ch * 4, &a, &b);
+    vstore(dc + ch, a);
+    vstore(mc + ch, b);
+  }
+  const I even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const I odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  // After two packs, 128-bit lane L holds dword L of each of the four sources: put them in order.
+  const I order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  for (int64_t r = 0; r < st.rows; ++r) {
+    const float* q = st.qf + r * d;
+    int8_t* out = st.qc + r * d;
+    V bias = vzero(), am = vzero();
+    for (int64_t ch = 0; ch < d; ch += kW) {
+      const V qv = vload(q + ch), x = vmul(qv, vload(dc + ch));
+      vstore(qd + ch, x);
+      am = _mm512_max_ps(am, _mm512_abs_ps(x));
+      bias = vfma(qv, vload(mc + ch), bias);
+    }
+    st.bias[r] = vhsum(bias);
+    const float amax = _mm512_reduce_max_ps(am);
+    if (!(amax > 0.0f) || !std::isfinite(amax)) {
+      std::memset(out, 0, static_cast<size_t>(d));
+      st.sq[r] = 0.0f;
+      continue;
+    }
+    const V inv = vset1(127.0f / amax);
+    st.sq[r] = amax / 127.0f;
+    for (int64_t b = 0; b < d / 128; ++b) {
+      const float* x = qd + 128 * b;
+      I ce[4], co[4];
+      for (int m = 0; m < 4; ++m) {
+        const V lo = vload(x + 32 * m), hi = vload(x + 32 * m + 16);
+        ce[m] = _mm512_cvtps_epi32(vmul(_mm512_permutex2var_ps(lo, even, hi), inv));
+        co[m] = _mm512_cvtps_epi32(vmul(_mm512_permutex2var_ps(lo, odd, hi), inv));
+      }
+      const I pe = _mm512_packs_epi16(_mm512_packs_epi32(ce[0], ce[1]), _mm512_packs_epi32(ce[2], ce[3]));
+      const I po = _mm512_packs_epi16(_mm512_packs_epi32(co[0], co[1]), _mm512_packs_epi32(co[2], co[3]));
+      vi_store(out + 64 * b, _mm512_permutexvar_epi32(order, pe));
+      vi_store(out + d / 2 + 64 * b, _mm512_permutexvar_epi32(order, po));
+    }
+  }
+}
+
 // ---- K side: scores of the chunk (st.s[r], lane t) ----
 
 // int8 K: 16 rows of d bytes -> kt[b * 16 + j] (b: 64-byte block) = dword j of block b of every token,
@@ -703,22 +755,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       } else {
         const int64_t tile_page = (kv + kHalf * h) / psize;
         if (kivi_page != tile_page) {  // q' = q * d_c per page, quantized; bias = q . m
-          const uint8_t* prm = page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0);
-          for (int64_t r = 0; r < st.rows; ++r) {
-            alignas(64) float qd[1024];
-            alignas(64) int8_t codes[1024];
-            V bias = vzero();
-            for (int64_t ch = 0; ch < d; ch += kW) {
-              V dc, mc;
-              vload_param_pairs(prm + ch * 4, &dc, &mc);
-              const V q = vload(st.qf + r * d + ch);
-              vstore(qd + ch, vmul(q, dc));
-              bias = vfma(q, mc, bias);
-            }
-            st.bias[r] = vhsum(bias);
-            st.sq[r] = quantize_s8(qd, d, codes);
-            split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
-          }
+          kivi_requantize(st, page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0));
           kivi_page = tile_page;
         }
         k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
