@@ -427,8 +427,8 @@ TEST(AttentionCpuInt, StaysWithinTheBoundOfItsEightBitQueryAndWeights) {
       {16, 1, 16, 256, {45}, {1}},                                            // 16 query heads, head_dim 256
       {8, 2, 4, 128, {50, 21}, {1, 1}},                                       // 8-token pages: 8-token chunks
       {4, 1, 3, 128, {13}, {1}},                                              // 4-token pages, 3 query heads
-      {5, 1, 4, 128, {37, 64}, {1, 1}},  // 5-token pages: every tile straddles pages, slots wrap mid-chunk
-      {16, 2, 4, 40, {30}, {1}},                                              // a head_dim the path refuses
+      {5, 1, 4, 128, {37, 64}, {1, 1}},  // 5-token pages: tiles straddle pages
+      {16, 2, 4, 40, {30}, {1}},         // a head_dim the path refuses
   };
   for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt4Kivi}) {
     for (const Shape& s : shapes) check_cpu(rng, dt, s, 0);
