@@ -344,92 +344,66 @@ static void k_int4_transpose(const uint8_t* const* rows, int64_t d, I* kt, const
   }
 }
 
-// Integer dot products of R query rows (codes from row r0) with the transposed chunk. int8: acc[r] =
-// sum over all channels. int4 (PER_GROUP): acc[r * groups + g] per 64-channel group g. kivi: one sum.
-template <int R, bool INT4>
+// Integer dot products of R query rows (codes from row r0) with T (1 or 2) transposed 16-token tiles
+// (tile h at kt + h * d / 4); with two, every broadcast q dword (a load) serves both tiles. int8:
+// acc[h * rows + r] = sum over all channels; int4: acc[(h * rows + r) * groups + g] per 64-channel
+// group g (kivi adds the groups up).
+template <int T, int R, bool INT4>
 static void k_dots(const State& st, int64_t r0, I* acc) {
-  const int64_t d = st.d;
-  if constexpr (!INT4) {
-    I a0[R], a1[R];
-    for (int r = 0; r < R; ++r) a0[r] = a1[r] = vi_zero();
-    for (int64_t j = 0; j < d / 4; j += 2) {
-      const I k0 = vi_load(st.kt + j), k1 = vi_load(st.kt + j + 1);
-      for (int r = 0; r < R; ++r) {
-        const int8_t* q = st.qc + (r0 + r) * d;
-        a0[r] = dp(a0[r], k0, vi_set1(load_i32(q + 4 * j)));
-        a1[r] = dp(a1[r], k1, vi_set1(load_i32(q + 4 * j + 4)));
-      }
-    }
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_add_epi32(a0[r], a1[r]);
-  } else {
-    // Block b = 128 channels = groups 2b (dwords j < 8) and 2b + 1; low and high nibbles in separate
-    // chains so that 4 R chains are in flight.
-    for (int64_t b = 0; b < d / 128; ++b) {
-      for (int64_t h = 0; h < 2; ++h) {
-        I lo[R], hi[R];
-        for (int r = 0; r < R; ++r) lo[r] = hi[r] = vi_zero();
-        for (int64_t j = 8 * h; j < 8 * h + 8; ++j) {
-          const I kl = vi_load(st.kt + (b * 16 + j) * 2), kh = vi_load(st.kt + (b * 16 + j) * 2 + 1);
-          for (int r = 0; r < R; ++r) {
-            const int8_t* even = st.qc + (r0 + r) * d;
-            const int8_t* odd = even + d / 2;
-            lo[r] = dp(lo[r], kl, vi_set1(load_i32(even + 4 * (b * 16 + j))));
-            hi[r] = dp(hi[r], kh, vi_set1(load_i32(odd + 4 * (b * 16 + j))));
-          }
-        }
-        for (int r = 0; r < R; ++r) acc[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo[r], hi[r]);
-      }
-    }
-  }
-}
-
-// As k_dots, for the two 16-token tiles of a chunk at once (kt: tile 0, kt + d / 4: tile 1): every
-// broadcast q dword (a load) serves both tiles. acc[(h * rows + r) * per + ...] for tile h.
-template <int R, bool INT4>
-static void k_dots2(const State& st, int64_t r0, I* acc) {
   const int64_t d = st.d, per = INT4 ? st.groups : 1, tile = d / 4;
-  I* acc1 = acc + st.rows * per;
   if constexpr (!INT4) {
-    I a0[R], a1[R], b0[R], b1[R];
-    for (int r = 0; r < R; ++r) a0[r] = a1[r] = b0[r] = b1[r] = vi_zero();
+    I a0[T][R], a1[T][R];
+    for (int h = 0; h < T; ++h) {
+      for (int r = 0; r < R; ++r) a0[h][r] = a1[h][r] = vi_zero();
+    }
     for (int64_t j = 0; j < d / 4; j += 2) {
-      const I k0 = vi_load(st.kt + j), k1 = vi_load(st.kt + j + 1);
-      const I l0 = vi_load(st.kt + tile + j), l1 = vi_load(st.kt + tile + j + 1);
+      I k0[T], k1[T];
+      for (int h = 0; h < T; ++h) {
+        k0[h] = vi_load(st.kt + h * tile + j);
+        k1[h] = vi_load(st.kt + h * tile + j + 1);
+      }
       for (int r = 0; r < R; ++r) {
         const int8_t* q = st.qc + (r0 + r) * d;
         const I q0 = vi_set1(load_i32(q + 4 * j)), q1 = vi_set1(load_i32(q + 4 * j + 4));
-        a0[r] = dp(a0[r], k0, q0);
-        a1[r] = dp(a1[r], k1, q1);
-        b0[r] = dp(b0[r], l0, q0);
-        b1[r] = dp(b1[r], l1, q1);
+        for (int h = 0; h < T; ++h) {
+          a0[h][r] = dp(a0[h][r], k0[h], q0);
+          a1[h][r] = dp(a1[h][r], k1[h], q1);
+        }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_add_epi32(a0[r], a1[r]);
-      acc1[r] = _mm512_add_epi32(b0[r], b1[r]);
+    for (int h = 0; h < T; ++h) {
+      for (int r = 0; r < R; ++r) acc[h * st.rows + r] = _mm512_add_epi32(a0[h][r], a1[h][r]);
     }
   } else {
+    // Block b = 128 channels = groups 2b (dwords j < 8) and 2b + 1; low and high nibbles in separate
+    // chains so that more chains are in flight.
     for (int64_t b = 0; b < d / 128; ++b) {
-      for (int64_t h = 0; h < 2; ++h) {
-        I lo[R], hi[R], lo1[R], hi1[R];
-        for (int r = 0; r < R; ++r) lo[r] = hi[r] = lo1[r] = hi1[r] = vi_zero();
-        for (int64_t j = 8 * h; j < 8 * h + 8; ++j) {
-          const I* k = st.kt + (b * 16 + j) * 2;
-          const I kl = vi_load(k), kh = vi_load(k + 1), ml = vi_load(k + tile), mh = vi_load(k + tile + 1);
+      for (int64_t g = 0; g < 2; ++g) {
+        I lo[T][R], hi[T][R];
+        for (int h = 0; h < T; ++h) {
+          for (int r = 0; r < R; ++r) lo[h][r] = hi[h][r] = vi_zero();
+        }
+        for (int64_t j = 8 * g; j < 8 * g + 8; ++j) {
+          I kl[T], kh[T];
+          for (int h = 0; h < T; ++h) {
+            kl[h] = vi_load(st.kt + h * tile + (b * 16 + j) * 2);
+            kh[h] = vi_load(st.kt + h * tile + (b * 16 + j) * 2 + 1);
+          }
           for (int r = 0; r < R; ++r) {
             const int8_t* even = st.qc + (r0 + r) * d;
             const int8_t* odd = even + d / 2;
-            const I qe = vi_set1(load_i32(even + 4 * (b * 16 + j))),
-                    qo = vi_set1(load_i32(odd + 4 * (b * 16 + j)));
-            lo[r] = dp(lo[r], kl, qe);
-            hi[r] = dp(hi[r], kh, qo);
-            lo1[r] = dp(lo1[r], ml, qe);
-            hi1[r] = dp(hi1[r], mh, qo);
+            const I qe = vi_set1(load_i32(even + 4 * (b * 16 + j)));
+            const I qo = vi_set1(load_i32(odd + 4 * (b * 16 + j)));
+            for (int h = 0; h < T; ++h) {
+              lo[h][r] = dp(lo[h][r], kl[h], qe);
+              hi[h][r] = dp(hi[h][r], kh[h], qo);
+            }
           }
         }
-        for (int r = 0; r < R; ++r) {
-          acc[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo[r], hi[r]);
-          acc1[r * st.groups + 2 * b + h] = _mm512_add_epi32(lo1[r], hi1[r]);
+        for (int h = 0; h < T; ++h) {
+          for (int r = 0; r < R; ++r) {
+            acc[(h * st.rows + r) * per + 2 * b + g] = _mm512_add_epi32(lo[h][r], hi[h][r]);
+          }
         }
       }
     }
@@ -449,13 +423,6 @@ __attribute__((always_inline)) static inline void for_row_blocks(int64_t rows, F
     case 1: f(std::integral_constant<int, 1>{}, r); break;
     default: break;
   }
-}
-
-template <bool INT4>
-static void k_all2(const State& st, I* acc) {
-  const int64_t per = INT4 ? st.groups : 1;
-  for_row_blocks(st.rows,
-                 [&](auto R, int64_t r) { k_dots2<decltype(R)::value, INT4>(st, r, acc + r * per); });
 }
 
 // ---- the unit ----
@@ -540,10 +507,12 @@ static void v_all(const State& st) {
   }
 }
 
-template <bool INT4>
+// The dot products of all the unit's rows with T tiles.
+template <int T, bool INT4>
 static void k_all(const State& st, I* acc) {
   const int64_t per = INT4 ? st.groups : 1;
-  for_row_blocks(st.rows, [&](auto R, int64_t r) { k_dots<decltype(R)::value, INT4>(st, r, acc + r * per); });
+  for_row_blocks(st.rows,
+                 [&](auto R, int64_t r) { k_dots<T, decltype(R)::value, INT4>(st, r, acc + r * per); });
 }
 
 // Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
@@ -702,9 +671,9 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         }
       }
       if (dt == KvDtype::kInt8) {
-        k_all2<false>(st, acc);
+        k_all<2, false>(st, acc);
       } else {
-        k_all2<true>(st, acc);
+        k_all<2, true>(st, acc);
       }
     }
     for (int64_t h = 0; h < halves; ++h) {
@@ -715,7 +684,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         const I* acc_h = acc + h * st.rows;
         if (!paired) {
           k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-          k_all<false>(st, acc);
+          k_all<1, false>(st, acc);
           acc_h = acc;
         }
         const V dk = int8_scales(k_prm0, h);
@@ -727,7 +696,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         const I* acc_h = acc + h * st.rows * G;
         if (!paired) {
           k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-          k_all<true>(st, acc);
+          k_all<1, true>(st, acc);
           acc_h = acc;
         }
         V dg[16], mg[16];
@@ -759,7 +728,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
           kivi_page = tile_page;
         }
         k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-        k_all<true>(st, acc);
+        k_all<1, true>(st, acc);
         for (int64_t r = 0; r < st.rows; ++r) {
           I a = vi_zero();
           for (int64_t g = 0; g < G; ++g) a = _mm512_add_epi32(a, acc[r * G + g]);
