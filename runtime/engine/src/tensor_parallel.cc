@@ -30,7 +30,13 @@ Status validate_tp(const ModelShape& shape, int64_t intermediate, int32_t tp) {
     return ok_status();
   };
   INFERGATE_RETURN_IF_ERROR(divides(shape.num_heads, "attention heads"));
-  INFERGATE_RETURN_IF_ERROR(divides(shape.num_kv_heads, "KV heads"));
+  // More ranks than KV heads replicate them (each rank's query heads must then share one KV head).
+  if (shape.num_kv_heads < 1 || (shape.num_kv_heads % tp != 0 && tp % shape.num_kv_heads != 0)) {
+    return tp_error("--tensor-parallel " + std::to_string(tp) +
+                        " neither divides nor is a multiple of the model's KV heads (" +
+                        std::to_string(shape.num_kv_heads) + ")",
+                    tp);
+  }
   INFERGATE_RETURN_IF_ERROR(divides(intermediate, "intermediate size"));
   if (shape.vocab < tp) return tp_error("the vocabulary is smaller than --tensor-parallel", tp);
   return ok_status();
@@ -45,7 +51,12 @@ Result<TpShard> tp_shard(const ModelShape& shape, int64_t intermediate, int32_t 
   s.rank = rank;
   s.size = tp;
   s.heads = even(shape.num_heads, tp, rank);
-  s.kv_heads = even(shape.num_kv_heads, tp, rank);
+  if (shape.num_kv_heads % tp == 0) {
+    s.kv_heads = even(shape.num_kv_heads, tp, rank);
+  } else {  // tp = replicas x KV heads: ranks r with the same r / replicas share (copies of) one KV head
+    const int64_t kv = rank / (tp / shape.num_kv_heads);
+    s.kv_heads = {kv, kv + 1};
+  }
   s.q_rows = {s.heads.begin * shape.head_dim, s.heads.end * shape.head_dim};
   s.kv_rows = {s.kv_heads.begin * shape.head_dim, s.kv_heads.end * shape.head_dim};
   s.mlp = even(intermediate, tp, rank);

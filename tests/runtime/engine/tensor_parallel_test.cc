@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -77,15 +78,138 @@ TEST(TensorParallel, OneRankHoldsEverything) {
 
 TEST(TensorParallel, RefusesADegreeThatDoesNotSplitTheModel) {
   const ModelShape s = shape(4, 2, 320);
-  for (int32_t tp : {0, 3, 4, 8}) {
+  for (int32_t tp : {0, 3, 8}) {
     Status st = validate_tp(s, 192, tp);
     ASSERT_FALSE(st.ok()) << tp;
     EXPECT_EQ(st.error().reason(), "InvalidTensorParallel");
   }
-  EXPECT_NE(validate_tp(s, 192, 4).error().message().find("KV heads"), std::string::npos);
+  // 6 divides the 12 query heads but neither divides the 4 KV heads nor is a multiple of them.
+  Status kv = validate_tp(shape(12, 4, 320), 192, 6);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_NE(kv.error().message().find("KV heads (4)"), std::string::npos) << kv.error().message();
   EXPECT_NE(validate_tp(shape(6, 6, 320), 191, 2).error().message().find("intermediate size"),
             std::string::npos);
   EXPECT_FALSE(tp_shard(s, 192, 2, 2).ok());  // rank outside 0..1
+}
+
+TEST(TensorParallel, MoreRanksThanKvHeadsGiveEachRankTheKvHeadItsQueryHeadsRead) {
+  const ModelShape s = shape(8, 2, 320);  // query heads 0-3 read KV head 0, 4-7 read KV head 1
+  for (int32_t tp : {4, 8}) {
+    for (int32_t r = 0; r < tp; ++r) {
+      auto sh = tp_shard(s, 192, tp, r);
+      ASSERT_TRUE(sh.ok()) << sh.error().to_string();
+      EXPECT_EQ(sh->heads.size(), 8 / tp);
+      ASSERT_EQ(sh->kv_heads.size(), 1);
+      EXPECT_EQ(sh->kv_heads.begin, sh->heads.begin / 4) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(sh->kv_heads.begin, (sh->heads.end - 1) / 4) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(sh->kv_rows, (TpRange{sh->kv_heads.begin * 16, sh->kv_heads.end * 16}));
+    }
+  }
+}
+
+// Every rank's decode attention over its own KV cache (its KV heads only, in pages laid out for that
+// many heads) gives, for its query heads, what the unsharded attention gives: with the KV heads split
+// (T = 1, 2) and replicated (T = 4, 8), for every KV dtype.
+TEST(TensorParallel, RanksAttentionOverTheirOwnKvCachesEqualsTheUnshardedAttention) {
+  const int32_t H = 8, Hkv = 2, D = 32, P = 16;
+  const ModelShape shp = shape(H, Hkv, 320);
+  const std::vector<int32_t> lens = {37, 20};  // two sequences, one token each to decode
+  const int32_t seqs = static_cast<int32_t>(lens.size()), max_pages = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto randoms = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  // K and V of every sequence's tokens, [seq][token][KV head][D]; q [seq][head][D].
+  std::vector<std::vector<float>> k(seqs), v(seqs);
+  for (int32_t q = 0; q < seqs; ++q) {
+    k[q] = randoms(static_cast<size_t>(lens[q] * Hkv * D));
+    v[q] = randoms(static_cast<size_t>(lens[q] * Hkv * D));
+  }
+  const std::vector<float> q = randoms(static_cast<size_t>(seqs * H * D));
+
+  // Attention of the query heads `heads` over a cache holding the KV heads `kvh`.
+  auto attend = [&](k::KvDtype dt, TpRange heads, TpRange kvh) {
+    const int32_t nh = static_cast<int32_t>(heads.size()), nkv = static_cast<int32_t>(kvh.size());
+    const k::KvPageLayout layout{dt, P, nkv, D};
+    std::vector<uint8_t> pages(static_cast<size_t>(seqs * max_pages * k::kv_page_bytes(layout)));
+    std::vector<uint8_t> staging(
+        static_cast<size_t>(std::max<int64_t>(1, seqs * k::kv_staging_bytes(layout))));
+    k::KvCache cache{layout, pages.data(), seqs * max_pages, staging.data(), seqs, nullptr, nullptr};
+    std::vector<int32_t> table(static_cast<size_t>(seqs * max_pages));
+    for (int32_t i = 0; i < seqs * max_pages; ++i) table[static_cast<size_t>(i)] = i;
+    for (int32_t sq = 0; sq < seqs; ++sq) {
+      const int32_t T = lens[static_cast<size_t>(sq)];
+      std::vector<float> ks(static_cast<size_t>(T * nkv * D)), vs(ks.size());
+      for (int32_t t = 0; t < T; ++t) {
+        for (int32_t h = 0; h < nkv; ++h) {
+          for (int32_t c = 0; c < D; ++c) {
+            const size_t from = static_cast<size_t>((t * Hkv + kvh.begin + h) * D + c);
+            ks[static_cast<size_t>((t * nkv + h) * D + c)] = k[static_cast<size_t>(sq)][from];
+            vs[static_cast<size_t>((t * nkv + h) * D + c)] = v[static_cast<size_t>(sq)][from];
+          }
+        }
+      }
+      std::vector<int32_t> ids(static_cast<size_t>(T)), slots(ids.size()), wins(ids.size(), sq);
+      for (int32_t t = 0; t < T; ++t) {
+        ids[static_cast<size_t>(t)] = sq * max_pages + t / P;
+        slots[static_cast<size_t>(t)] = t % P;
+      }
+      k::KvAppend a{k::contiguous<const float>(ks.data(), T, nkv, D),
+                    k::contiguous<const float>(vs.data(), T, nkv, D), ids.data(), slots.data(), wins.data()};
+      k::Status st = k::kv_append_cpu(cache, a);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
+    std::vector<float> qs(static_cast<size_t>(seqs * nh * D)), out(qs.size());
+    for (int32_t sq = 0; sq < seqs; ++sq) {
+      for (int32_t h = 0; h < nh; ++h) {
+        for (int32_t c = 0; c < D; ++c) {
+          qs[static_cast<size_t>((sq * nh + h) * D + c)] =
+              q[static_cast<size_t>((sq * H + heads.begin + h) * D + c)];
+        }
+      }
+    }
+    std::vector<int32_t> q_start = {0, 1, 2}, staging_ids = {0, 1};
+    k::AttentionBatch b;
+    b.num_seqs = seqs;
+    b.num_q_heads = nh;
+    b.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    b.q_start = q_start.data();
+    b.kv_len = lens.data();
+    b.block_table = table.data();
+    b.max_pages_per_seq = max_pages;
+    b.staging_ids = staging_ids.data();
+    k::Status st = k::attention_cpu(cache, b, k::contiguous<const float>(qs.data(), seqs, nh, D),
+                                    k::contiguous(out.data(), seqs, nh, D));
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return out;
+  };
+
+  for (k::KvDtype dt : {k::KvDtype::kF16, k::KvDtype::kFp8E4M3, k::KvDtype::kInt8, k::KvDtype::kInt4,
+                        k::KvDtype::kInt4Kivi}) {
+    SCOPED_TRACE(std::string(k::kv_dtype_name(dt)));
+    const std::vector<float> full = attend(dt, {0, H}, {0, Hkv});
+    for (int32_t tp : {1, 2, 4, 8}) {
+      for (int32_t r = 0; r < tp; ++r) {
+        auto sh = tp_shard(shp, 192, tp, r);
+        ASSERT_TRUE(sh.ok()) << sh.error().to_string();
+        const std::vector<float> part = attend(dt, sh->heads, sh->kv_heads);
+        const int32_t nh = static_cast<int32_t>(sh->heads.size());
+        for (int32_t sq = 0; sq < seqs; ++sq) {
+          for (int32_t h = 0; h < nh; ++h) {
+            for (int32_t c = 0; c < D; ++c) {
+              const float want = full[static_cast<size_t>((sq * H + sh->heads.begin + h) * D + c)];
+              const float got = part[static_cast<size_t>((sq * nh + h) * D + c)];
+              ASSERT_NEAR(got, want, 1e-5f * (1.0f + std::fabs(want)))
+                  << "tp " << tp << " rank " << r << " seq " << sq << " head " << sh->heads.begin + h;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- slicing the weights of a generated model ----

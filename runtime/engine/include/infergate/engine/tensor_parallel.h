@@ -29,9 +29,11 @@ struct TpRange {
   bool operator==(const TpRange&) const = default;
 };
 
-// What rank `rank` of `size` holds. Heads, KV heads and MLP columns split evenly (validate_tp
-// refuses a T that does not divide them); the vocabulary splits in ceil(vocab / T) rows, the last
-// rank taking the remainder.
+// What rank `rank` of `size` holds. Heads and MLP columns split evenly (validate_tp refuses a T that
+// does not divide them). KV heads split evenly when T divides them; when T is a multiple of them
+// (more GPUs than KV heads, as vLLM allows) every rank holds one KV head, the one its query heads
+// read, so T / KV-heads ranks hold copies of each (their k_proj / v_proj rows and their KV cache).
+// The vocabulary splits in ceil(vocab / T) rows, the last rank taking the remainder.
 struct TpShard {
   int32_t rank = 0;
   int32_t size = 1;
@@ -43,8 +45,9 @@ struct TpShard {
   TpRange vocab;     // rows of lm_head and of the embedding table
 };
 
-// Refuses (InvalidArgument, reason "InvalidTensorParallel", detail "tensor_parallel") a T < 1 or one
-// that does not divide the query heads, the KV heads or the intermediate size.
+// Refuses (InvalidArgument, reason "InvalidTensorParallel", detail "tensor_parallel") a T < 1, one
+// that does not divide the query heads or the intermediate size, or one that neither divides nor is
+// a multiple of the KV heads.
 Status validate_tp(const ModelShape& shape, int64_t intermediate, int32_t tp);
 Result<TpShard> tp_shard(const ModelShape& shape, int64_t intermediate, int32_t tp, int32_t rank);
 
