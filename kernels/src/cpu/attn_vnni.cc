@@ -5,8 +5,10 @@
 // whatever the KV format. Here the codes stay integers:
 //
 //   QK: q (scaled by the softmax scale) is quantized per query head to int8, q = sq * qc
-//       (sq = amax|q| / 127, rne). K is transposed 16 tokens at a time so that lane t of a vector holds
-//       4 consecutive bytes of token t, and each instruction adds 4 channels of 16 tokens:
+//       (sq = amax|q| / 127, rne). int8 K is transposed 16 tokens at a time so that lane t of a vector
+//       holds 4 consecutive bytes of token t, and each instruction adds 4 channels of 16 tokens; int4 K
+//       (and kivi's) is taken in 16-byte blocks, one token per 128-bit lane, each instruction adding 4
+//       channels of 4 tokens into per-token partial sums that two unpack-adds finish (k_int4_blocks):
 //         int8 K (k = dk * kc):   s = sq dk (sum_c (kc + 128) qc - 128 sum_c qc)     (kc xor 0x80 is u8)
 //         int4 K (k = d u + m):   s = sq sum_g (d_g sum_{c in g} u_c qc + m_g sum_{c in g} qc)
 //         kivi K (k = d_c u + m_c per channel of the page): q' = q * d_c is quantized per page,
@@ -18,8 +20,9 @@
 //         int8 V: o_c += sw sum_t wc_t vc_tc          int4 V: o_c += sw_g sum_t wc_t u_tc + sum_t p_t m_tg
 //       The int32 chunk sums become fp32 once per chunk.
 // Loads, more than multiply-adds, bound these loops (on the 2-vCPU Xeon measured, a zmm load costs
-// about as much as two vpdpbusd): the two K tiles of a chunk share every broadcast of a q dword, and
-// the int4 weight operands are permuted out of one register per row instead of being stored and loaded.
+// about as much as two vpdpbusd): the two int8 K tiles of a chunk share every broadcast of a q dword,
+// int4 K loads q once per 16 bytes and keeps its tiles in registers, and the int4 weight operands are
+// permuted out of one register per row instead of being stored and loaded.
 // Every K and V row is read once for all query heads of its group (the unit's rows). The error this
 // adds (q to 8 bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
 #include <cmath>
@@ -204,7 +207,7 @@ struct State {
   int32_t* corr = nullptr;  // [rows] int8: 128 * sum of codes
   int32_t* qg = nullptr;    // [rows][groups] int4: sum of codes per group
   float* bias = nullptr;    // [rows] kivi: q . m of the current page
-  I* kt = nullptr;          // K of the chunk's two 16-token tiles transposed (d / 4 vectors each)
+  I* kt = nullptr;          // int8 K of the chunk's two 16-token tiles transposed (d / 4 vectors each)
   I* vt = nullptr;          // V of the chunk interleaved (d / 2 vectors: [sub][8 token quads][4])
   uint8_t* wc = nullptr;    // [rows][groups][32] weight codes of the chunk
   float* sw = nullptr;      // [rows][groups] weight scales of the chunk
@@ -324,89 +327,33 @@ static void k_int8_transpose(const uint8_t* const* rows, int64_t d, I* kt, const
   }
 }
 
-// int4 K: 16 rows of d/2 bytes -> for 64-byte block b and dword j: kt[(b * 16 + j) * 2] = low nibbles
-// (channels 128 b + 8 j + {0, 2, 4, 6}), kt[... + 1] = high nibbles (the odd channels).
-static void k_int4_transpose(const uint8_t* const* rows, int64_t d, I* kt, const uint8_t* pf,
-                             int64_t pf_bytes) {
-  const I lo4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < d / 128; ++b) {
-    I r[16];
-    for (int t = 0; t < 16; ++t) {
-      r[t] = vi_load(rows[t] + 64 * b);
-      const int64_t off = (b * 16 + t) * 64;
-      if (off < pf_bytes) __builtin_prefetch(pf + off, 0, 3);
+// int8 K: integer dot products of R query rows (codes from row r0) with T (1 or 2) transposed 16-token
+// tiles (tile h at kt + h * d / 4); with two, every broadcast q dword (a load) serves both tiles.
+// acc[h * rows + r] = sum over all channels.
+template <int T, int R>
+static void k_dots(const State& st, int64_t r0, I* acc) {
+  const int64_t d = st.d, tile = d / 4;
+  I a0[T][R], a1[T][R];
+  for (int h = 0; h < T; ++h) {
+    for (int r = 0; r < R; ++r) a0[h][r] = a1[h][r] = vi_zero();
+  }
+  for (int64_t j = 0; j < d / 4; j += 2) {
+    I k0[T], k1[T];
+    for (int h = 0; h < T; ++h) {
+      k0[h] = vi_load(st.kt + h * tile + j);
+      k1[h] = vi_load(st.kt + h * tile + j + 1);
     }
-    transpose16(r);
-    for (int j = 0; j < 16; ++j) {
-      vi_store(kt + (b * 16 + j) * 2, _mm512_and_si512(r[j], lo4));
-      vi_store(kt + (b * 16 + j) * 2 + 1, _mm512_and_si512(_mm512_srli_epi16(r[j], 4), lo4));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* q = st.qc + (r0 + r) * d;
+      const I q0 = vi_set1(load_i32(q + 4 * j)), q1 = vi_set1(load_i32(q + 4 * j + 4));
+      for (int h = 0; h < T; ++h) {
+        a0[h][r] = dp(a0[h][r], k0[h], q0);
+        a1[h][r] = dp(a1[h][r], k1[h], q1);
+      }
     }
   }
-}
-
-// Integer dot products of R query rows (codes from row r0) with T (1 or 2) transposed 16-token tiles
-// (tile h at kt + h * d / 4); with two, every broadcast q dword (a load) serves both tiles. int8:
-// acc[h * rows + r] = sum over all channels; int4: acc[(h * rows + r) * groups + g] per 64-channel
-// group g (kivi adds the groups up).
-template <int T, int R, bool INT4>
-static void k_dots(const State& st, int64_t r0, I* acc) {
-  const int64_t d = st.d, per = INT4 ? st.groups : 1, tile = d / 4;
-  if constexpr (!INT4) {
-    I a0[T][R], a1[T][R];
-    for (int h = 0; h < T; ++h) {
-      for (int r = 0; r < R; ++r) a0[h][r] = a1[h][r] = vi_zero();
-    }
-    for (int64_t j = 0; j < d / 4; j += 2) {
-      I k0[T], k1[T];
-      for (int h = 0; h < T; ++h) {
-        k0[h] = vi_load(st.kt + h * tile + j);
-        k1[h] = vi_load(st.kt + h * tile + j + 1);
-      }
-      for (int r = 0; r < R; ++r) {
-        const int8_t* q = st.qc + (r0 + r) * d;
-        const I q0 = vi_set1(load_i32(q + 4 * j)), q1 = vi_set1(load_i32(q + 4 * j + 4));
-        for (int h = 0; h < T; ++h) {
-          a0[h][r] = dp(a0[h][r], k0[h], q0);
-          a1[h][r] = dp(a1[h][r], k1[h], q1);
-        }
-      }
-    }
-    for (int h = 0; h < T; ++h) {
-      for (int r = 0; r < R; ++r) acc[h * st.rows + r] = _mm512_add_epi32(a0[h][r], a1[h][r]);
-    }
-  } else {
-    // Block b = 128 channels = groups 2b (dwords j < 8) and 2b + 1; low and high nibbles in separate
-    // chains so that more chains are in flight.
-    for (int64_t b = 0; b < d / 128; ++b) {
-      for (int64_t g = 0; g < 2; ++g) {
-        I lo[T][R], hi[T][R];
-        for (int h = 0; h < T; ++h) {
-          for (int r = 0; r < R; ++r) lo[h][r] = hi[h][r] = vi_zero();
-        }
-        for (int64_t j = 8 * g; j < 8 * g + 8; ++j) {
-          I kl[T], kh[T];
-          for (int h = 0; h < T; ++h) {
-            kl[h] = vi_load(st.kt + h * tile + (b * 16 + j) * 2);
-            kh[h] = vi_load(st.kt + h * tile + (b * 16 + j) * 2 + 1);
-          }
-          for (int r = 0; r < R; ++r) {
-            const int8_t* even = st.qc + (r0 + r) * d;
-            const int8_t* odd = even + d / 2;
-            const I qe = vi_set1(load_i32(even + 4 * (b * 16 + j)));
-            const I qo = vi_set1(load_i32(odd + 4 * (b * 16 + j)));
-            for (int h = 0; h < T; ++h) {
-              lo[h][r] = dp(lo[h][r], kl[h], qe);
-              hi[h][r] = dp(hi[h][r], kh[h], qo);
-            }
-          }
-        }
-        for (int h = 0; h < T; ++h) {
-          for (int r = 0; r < R; ++r) {
-            acc[(h * st.rows + r) * per + 2 * b + g] = _mm512_add_epi32(lo[h][r], hi[h][r]);
-          }
-        }
-      }
-    }
+  for (int h = 0; h < T; ++h) {
+    for (int r = 0; r < R; ++r) acc[h * st.rows + r] = _mm512_add_epi32(a0[h][r], a1[h][r]);
   }
 }
 
@@ -423,6 +370,68 @@ __attribute__((always_inline)) static inline void for_row_blocks(int64_t rows, F
     case 1: f(std::integral_constant<int, 1>{}, r); break;
     default: break;
   }
+}
+
+// int4 K, without a transpose: the 16 tokens of a tile as 4 vectors of 4 tokens, each token's 16-byte
+// block (32 channels: even ones in the low nibbles, odd in the high) in one 128-bit lane, so that the
+// 16 even (odd) codes of q for that block, broadcast to every lane, multiply all four tokens at once.
+// Per row the 4 partial sums of each token are then added by two unpack-add steps (token 4i + L lands
+// in dword i of lane L; one permute puts the tokens back in order). Against the 16 x 16 dword
+// transpose it moves far less through the load and store ports (nothing stored to read back, q loaded
+// once per 16 bytes, not per 4) for somewhat more shuffles (the per-row reductions).
+// acc[r * groups + g] = the dot product over 64-channel group g, lane t = token t (rows[t]: its K row).
+template <int R>
+static void k_int4_blocks(const State& st, int64_t r0, const uint8_t* const* rows, I* acc) {
+  const int64_t d = st.d, G = st.groups;
+  const I lo4 = _mm512_set1_epi8(0x0F);
+  const I order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  for (int64_t grp = 0; grp < G; ++grp) {  // group grp: bytes 32 grp .. 32 grp + 31 of a row (2 blocks)
+    I blk[4][2];                           // [token quad][block of the group]
+    for (int q = 0; q < 4; ++q) {
+      auto half = [&](int t) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[4 * q + t] + 32 * grp));
+      };
+      const I t01 = _mm512_inserti64x4(_mm512_castsi256_si512(half(0)), half(1), 1);
+      const I t23 = _mm512_inserti64x4(_mm512_castsi256_si512(half(2)), half(3), 1);
+      blk[q][0] = _mm512_shuffle_i64x2(t01, t23, 0x88);  // lanes: block 0 of tokens 0, 1, 2, 3
+      blk[q][1] = _mm512_shuffle_i64x2(t01, t23, 0xDD);  // block 1
+    }
+    I a[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int q = 0; q < 4; ++q) a[r][q] = vi_zero();
+    }
+    for (int b = 0; b < 2; ++b) {
+      const int64_t at = 16 * (2 * grp + b);  // the block's even (odd) codes of q
+      for (int q = 0; q < 4; ++q) {
+        const I lo = _mm512_and_si512(blk[q][b], lo4);
+        const I hi = _mm512_and_si512(_mm512_srli_epi16(blk[q][b], 4), lo4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* even = st.qc + (r0 + r) * d;
+          const I qe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + at)));
+          const I qo =
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + d / 2 + at)));
+          a[r][q] = dp(dp(a[r][q], lo, qe), hi, qo);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const I s01 =
+          _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][0], a[r][1]), _mm512_unpackhi_epi32(a[r][0], a[r][1]));
+      const I s23 =
+          _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][2], a[r][3]), _mm512_unpackhi_epi32(a[r][2], a[r][3]));
+      const I w = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+      acc[r * G + grp] = _mm512_permutexvar_epi32(order, w);
+    }
+  }
+}
+
+// The int4 dot products of all the unit's rows with one tile (after prefetching pf_bytes at pf).
+static void k_int4_all(const State& st, const uint8_t* const* rows, I* acc, const uint8_t* pf,
+                       int64_t pf_bytes) {
+  for (int64_t off = 0; off < pf_bytes; off += 64) __builtin_prefetch(pf + off, 0, 3);
+  for_row_blocks(st.rows, [&](auto R, int64_t r) {
+    k_int4_blocks<decltype(R)::value>(st, r, rows, acc + r * st.groups);
+  });
 }
 
 // ---- the unit ----
@@ -507,12 +516,10 @@ static void v_all(const State& st) {
   }
 }
 
-// The dot products of all the unit's rows with T tiles.
-template <int T, bool INT4>
+// The int8 dot products of all the unit's rows with T tiles.
+template <int T>
 static void k_all(const State& st, I* acc) {
-  const int64_t per = INT4 ? st.groups : 1;
-  for_row_blocks(st.rows,
-                 [&](auto R, int64_t r) { k_dots<T, decltype(R)::value, INT4>(st, r, acc + r * per); });
+  for_row_blocks(st.rows, [&](auto R, int64_t r) { k_dots<T, decltype(R)::value>(st, r, acc + r); });
 }
 
 // Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
@@ -663,17 +670,15 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     // ---- scores: st.s[r][t] ----
     const bool paired = !kivi && halves == 2;  // both tiles' dot products in one pass
     if (paired) {
-      for (int64_t h = 0; h < 2; ++h) {
-        if (dt == KvDtype::kInt8) {
-          k_int8_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
-        } else {
-          k_int4_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
-        }
-      }
       if (dt == KvDtype::kInt8) {
-        k_all<2, false>(st, acc);
+        for (int64_t h = 0; h < 2; ++h) {
+          k_int8_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
+        }
+        k_all<2>(st, acc);
       } else {
-        k_all<2, true>(st, acc);
+        for (int64_t h = 0; h < 2; ++h) {
+          k_int4_all(st, c.krow + kHalf * h, acc + h * st.rows * G, pfk[h], pf_bytes[h]);
+        }
       }
     }
     for (int64_t h = 0; h < halves; ++h) {
@@ -684,7 +689,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         const I* acc_h = acc + h * st.rows;
         if (!paired) {
           k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-          k_all<1, false>(st, acc);
+          k_all<1>(st, acc);
           acc_h = acc;
         }
         const V dk = int8_scales(k_prm0, h);
@@ -695,8 +700,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       } else if (!kivi) {
         const I* acc_h = acc + h * st.rows * G;
         if (!paired) {
-          k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-          k_all<1, true>(st, acc);
+          k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
           acc_h = acc;
         }
         V dg[16], mg[16];
@@ -727,8 +731,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
           kivi_requantize(st, page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0));
           kivi_page = tile_page;
         }
-        k_int4_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-        k_all<1, true>(st, acc);
+        k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
         for (int64_t r = 0; r < st.rows; ++r) {
           I a = vi_zero();
           for (int64_t g = 0; g < G; ++g) a = _mm512_add_epi32(a, acc[r * G + g]);
