@@ -5,10 +5,9 @@
 // whatever the KV format. Here the codes stay integers:
 //
 //   QK: q (scaled by the softmax scale) is quantized per query head to int8, q = sq * qc
-//       (sq = amax|q| / 127, rne). int8 K is transposed 16 tokens at a time so that lane t of a vector
-//       holds 4 consecutive bytes of token t, and each instruction adds 4 channels of 16 tokens; int4 K
-//       (and kivi's) is taken in 16-byte blocks, one token per 128-bit lane, each instruction adding 4
-//       channels of 4 tokens into per-token partial sums that two unpack-adds finish (k_int4_blocks):
+//       (sq = amax|q| / 127, rne). K is taken in 16-byte blocks, 4 tokens per vector (one per 128-bit
+//       lane) against q's codes for the block broadcast to every lane; each instruction adds 4 channels
+//       of 4 tokens into per-token partial sums that two unpack-adds finish (k_int8/int4_blocks):
 //         int8 K (k = dk * kc):   s = sq dk (sum_c (kc + 128) qc - 128 sum_c qc)     (kc xor 0x80 is u8)
 //         int4 K (k = d u + m):   s = sq sum_g (d_g sum_{c in g} u_c qc + m_g sum_{c in g} qc)
 //         kivi K (k = d_c u + m_c per channel of the page): q' = q * d_c is quantized per page,
@@ -20,9 +19,9 @@
 //         int8 V: o_c += sw sum_t wc_t vc_tc          int4 V: o_c += sw_g sum_t wc_t u_tc + sum_t p_t m_tg
 //       The int32 chunk sums become fp32 once per chunk.
 // Loads, more than multiply-adds, bound these loops (on the 2-vCPU Xeon measured, a zmm load costs
-// about as much as two vpdpbusd): the two int8 K tiles of a chunk share every broadcast of a q dword,
-// int4 K loads q once per 16 bytes and keeps its tiles in registers, and the int4 weight operands are
-// permuted out of one register per row instead of being stored and loaded.
+// about as much as two vpdpbusd): K loads q once per 16 bytes and keeps its tiles in registers (no
+// transpose stored and read back), and the int4 weight operands are permuted out of one register per
+// row instead of being stored and loaded.
 // Every K and V row is read once for all query heads of its group (the unit's rows). The error this
 // adds (q to 8 bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
 #include <cmath>
@@ -74,30 +73,6 @@ static inline uint16_t load_u16(const uint8_t* p) {
 }
 // acc + sum of 4 products of bytes: a as u8, b as s8, per int32 lane.
 static inline I dp(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }
-
-// r[t] (16 dwords of token t) -> r[j] = dword j of every token (lane t).
-static inline void transpose16(I* r) {
-  I t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int a = 0; a < 4; ++a) {  // per 128-bit lane L: u[4a + c] = rows 4a..4a+3 of column 4L + c
-    u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
-    u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
-    u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
-    u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const I v = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), w = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
-    const I v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
-    const I w2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_i32x4(v, v2, 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(v, v2, 0xDD);
-    r[4 + c] = _mm512_shuffle_i32x4(w, w2, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(w, w2, 0xDD);
-  }
-}
 
 // 64 bytes of 4 tokens -> 4 vectors whose 32-bit lane (L, i) (128-bit lane L, dword i) of vector k holds
 // byte 16 L + 4 k + i of the 4 tokens, in token order.
@@ -207,7 +182,6 @@ struct State {
   int32_t* corr = nullptr;  // [rows] int8: 128 * sum of codes
   int32_t* qg = nullptr;    // [rows][groups] int4: sum of codes per group
   float* bias = nullptr;    // [rows] kivi: q . m of the current page
-  I* kt = nullptr;          // int8 K of the chunk's two 16-token tiles transposed (d / 4 vectors each)
   I* vt = nullptr;          // V of the chunk interleaved (d / 2 vectors: [sub][8 token quads][4])
   uint8_t* wc = nullptr;    // [rows][groups][32] weight codes of the chunk
   float* sw = nullptr;      // [rows][groups] weight scales of the chunk
@@ -243,7 +217,6 @@ static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
   st.corr = reinterpret_cast<int32_t*>(take(R * 4));
   st.qg = reinterpret_cast<int32_t*>(take(R * G * 4));
   st.bias = reinterpret_cast<float*>(take(R * 4));
-  st.kt = reinterpret_cast<I*>(take(d / 2 * 64));  // two tiles
   st.vt = reinterpret_cast<I*>(take(d / 2 * 64));
   st.wc = take(R * G * 32);
   st.sw = reinterpret_cast<float*>(take(R * G * 4));
@@ -310,53 +283,6 @@ static void kivi_requantize(const State& st, const uint8_t* prm) {
 
 // ---- K side: scores of the chunk (st.s[r], lane t) ----
 
-// int8 K: 16 rows of d bytes -> kt[b * 16 + j] (b: 64-byte block) = dword j of block b of every token,
-// xor 0x80 (kc + 128, unsigned).
-static void k_int8_transpose(const uint8_t* const* rows, int64_t d, I* kt, const uint8_t* pf,
-                             int64_t pf_bytes) {
-  const I flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < d / 64; ++b) {
-    I r[16];
-    for (int t = 0; t < 16; ++t) {
-      r[t] = vi_load(rows[t] + 64 * b);
-      const int64_t off = (b * 16 + t) * 64;
-      if (off < pf_bytes) __builtin_prefetch(pf + off, 0, 3);
-    }
-    transpose16(r);
-    for (int j = 0; j < 16; ++j) vi_store(kt + b * 16 + j, _mm512_xor_si512(r[j], flip));
-  }
-}
-
-// int8 K: integer dot products of R query rows (codes from row r0) with T (1 or 2) transposed 16-token
-// tiles (tile h at kt + h * d / 4); with two, every broadcast q dword (a load) serves both tiles.
-// acc[h * rows + r] = sum over all channels.
-template <int T, int R>
-static void k_dots(const State& st, int64_t r0, I* acc) {
-  const int64_t d = st.d, tile = d / 4;
-  I a0[T][R], a1[T][R];
-  for (int h = 0; h < T; ++h) {
-    for (int r = 0; r < R; ++r) a0[h][r] = a1[h][r] = vi_zero();
-  }
-  for (int64_t j = 0; j < d / 4; j += 2) {
-    I k0[T], k1[T];
-    for (int h = 0; h < T; ++h) {
-      k0[h] = vi_load(st.kt + h * tile + j);
-      k1[h] = vi_load(st.kt + h * tile + j + 1);
-    }
-    for (int r = 0; r < R; ++r) {
-      const int8_t* q = st.qc + (r0 + r) * d;
-      const I q0 = vi_set1(load_i32(q + 4 * j)), q1 = vi_set1(load_i32(q + 4 * j + 4));
-      for (int h = 0; h < T; ++h) {
-        a0[h][r] = dp(a0[h][r], k0[h], q0);
-        a1[h][r] = dp(a1[h][r], k1[h], q1);
-      }
-    }
-  }
-  for (int h = 0; h < T; ++h) {
-    for (int r = 0; r < R; ++r) acc[h * st.rows + r] = _mm512_add_epi32(a0[h][r], a1[h][r]);
-  }
-}
-
 // f(std::integral_constant<int, R>, r0) for the unit's rows in blocks of 4, then the 1-3 left over
 // (R is a template argument of the row loops, so that their accumulators stay in registers). Always
 // inlined: as a call it cost the int4 unit ~5% (one unit in cache, minimum TSC per chunk).
@@ -372,6 +298,30 @@ __attribute__((always_inline)) static inline void for_row_blocks(int64_t rows, F
   }
 }
 
+// Bytes at .. at + 31 (two 16-byte blocks) of the 16 rows of a tile as blk[q][b]: block b of tokens
+// 4q .. 4q + 3, one token per 128-bit lane (two 256-bit loads, an insert and a lane shuffle per pair).
+static inline void load_blocks(const uint8_t* const* rows, int64_t at, I (*blk)[2]) {
+  for (int q = 0; q < 4; ++q) {
+    auto half = [&](int t) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[4 * q + t] + at));
+    };
+    const I t01 = _mm512_inserti64x4(_mm512_castsi256_si512(half(0)), half(1), 1);
+    const I t23 = _mm512_inserti64x4(_mm512_castsi256_si512(half(2)), half(3), 1);
+    blk[q][0] = _mm512_shuffle_i64x2(t01, t23, 0x88);  // lanes: block 0 of tokens 4q .. 4q + 3
+    blk[q][1] = _mm512_shuffle_i64x2(t01, t23, 0xDD);  // block 1
+  }
+}
+
+// a[q]: lane L holds the 4 partial sums of token 4q + L. Returns the totals, lane t = token t.
+static inline I token_sums(const I* a) {
+  const I order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const I s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+  const I s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+  // Token 4i + L is now in dword i of lane L.
+  const I w = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+  return _mm512_permutexvar_epi32(order, w);
+}
+
 // int4 K, without a transpose: the 16 tokens of a tile as 4 vectors of 4 tokens, each token's 16-byte
 // block (32 channels: even ones in the low nibbles, odd in the high) in one 128-bit lane, so that the
 // 16 even (odd) codes of q for that block, broadcast to every lane, multiply all four tokens at once.
@@ -384,18 +334,9 @@ template <int R>
 static void k_int4_blocks(const State& st, int64_t r0, const uint8_t* const* rows, I* acc) {
   const int64_t d = st.d, G = st.groups;
   const I lo4 = _mm512_set1_epi8(0x0F);
-  const I order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   for (int64_t grp = 0; grp < G; ++grp) {  // group grp: bytes 32 grp .. 32 grp + 31 of a row (2 blocks)
-    I blk[4][2];                           // [token quad][block of the group]
-    for (int q = 0; q < 4; ++q) {
-      auto half = [&](int t) {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[4 * q + t] + 32 * grp));
-      };
-      const I t01 = _mm512_inserti64x4(_mm512_castsi256_si512(half(0)), half(1), 1);
-      const I t23 = _mm512_inserti64x4(_mm512_castsi256_si512(half(2)), half(3), 1);
-      blk[q][0] = _mm512_shuffle_i64x2(t01, t23, 0x88);  // lanes: block 0 of tokens 0, 1, 2, 3
-      blk[q][1] = _mm512_shuffle_i64x2(t01, t23, 0xDD);  // block 1
-    }
+    I blk[4][2];
+    load_blocks(rows, 32 * grp, blk);
     I a[R][4];
     for (int r = 0; r < R; ++r) {
       for (int q = 0; q < 4; ++q) a[r][q] = vi_zero();
@@ -414,15 +355,45 @@ static void k_int4_blocks(const State& st, int64_t r0, const uint8_t* const* row
         }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const I s01 =
-          _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][0], a[r][1]), _mm512_unpackhi_epi32(a[r][0], a[r][1]));
-      const I s23 =
-          _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][2], a[r][3]), _mm512_unpackhi_epi32(a[r][2], a[r][3]));
-      const I w = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-      acc[r * G + grp] = _mm512_permutexvar_epi32(order, w);
+    for (int r = 0; r < R; ++r) acc[r * G + grp] = token_sums(a[r]);
+  }
+}
+
+// int8 K, the same way (it replaced the same transpose: a minimum of 1,794 -> 1,683 TSC per chunk in
+// the harness of docs/quant-formats.md): 4 tokens' 16-byte blocks (16 channels each) per vector, xor 0x80 (kc
+// + 128, unsigned), against q's 16 codes of the block broadcast to every lane; one sum over all channels.
+// acc[r] = the dot product, lane t = token t.
+template <int R>
+static void k_int8_blocks(const State& st, int64_t r0, const uint8_t* const* rows, I* acc) {
+  const int64_t d = st.d;
+  const I flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  I a[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q) a[r][q] = vi_zero();
+  }
+  for (int64_t pair = 0; pair < d / 32; ++pair) {  // bytes 32 pair .. 32 pair + 31 (2 blocks)
+    I blk[4][2];
+    load_blocks(rows, 32 * pair, blk);
+    for (int q = 0; q < 4; ++q) {
+      for (int b = 0; b < 2; ++b) blk[q][b] = _mm512_xor_si512(blk[q][b], flip);
+    }
+    for (int b = 0; b < 2; ++b) {
+      for (int r = 0; r < R; ++r) {
+        const int8_t* q8 = st.qc + (r0 + r) * d + 16 * (2 * pair + b);
+        const I qv = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q8)));
+        for (int q = 0; q < 4; ++q) a[r][q] = dp(a[r][q], blk[q][b], qv);
+      }
     }
   }
+  for (int r = 0; r < R; ++r) acc[r] = token_sums(a[r]);
+}
+
+// The int8 dot products of all the unit's rows with one tile (after prefetching pf_bytes at pf).
+static void k_int8_all(const State& st, const uint8_t* const* rows, I* acc, const uint8_t* pf,
+                       int64_t pf_bytes) {
+  for (int64_t off = 0; off < pf_bytes; off += 64) __builtin_prefetch(pf + off, 0, 3);
+  for_row_blocks(st.rows,
+                 [&](auto R, int64_t r) { k_int8_blocks<decltype(R)::value>(st, r, rows, acc + r); });
 }
 
 // The int4 dot products of all the unit's rows with one tile (after prefetching pf_bytes at pf).
@@ -514,12 +485,6 @@ static void v_all(const State& st) {
   for (int64_t sub = 0; sub < subs; ++sub) {
     for_row_blocks(st.rows, [&](auto R, int64_t r) { v_accumulate<decltype(R)::value, INT4>(st, r, sub); });
   }
-}
-
-// The int8 dot products of all the unit's rows with T tiles.
-template <int T>
-static void k_all(const State& st, I* acc) {
-  for_row_blocks(st.rows, [&](auto R, int64_t r) { k_dots<T, decltype(R)::value>(st, r, acc + r); });
 }
 
 // Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
@@ -671,10 +636,8 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     const bool paired = !kivi && halves == 2;  // both tiles' dot products in one pass
     if (paired) {
       if (dt == KvDtype::kInt8) {
-        for (int64_t h = 0; h < 2; ++h) {
-          k_int8_transpose(c.krow + kHalf * h, d, st.kt + h * (d / 4), pfk[h], pf_bytes[h]);
-        }
-        k_all<2>(st, acc);
+        for (int64_t h = 0; h < 2; ++h)
+          k_int8_all(st, c.krow + kHalf * h, acc + h * st.rows, pfk[h], pf_bytes[h]);
       } else {
         for (int64_t h = 0; h < 2; ++h) {
           k_int4_all(st, c.krow + kHalf * h, acc + h * st.rows * G, pfk[h], pf_bytes[h]);
@@ -688,8 +651,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       if (dt == KvDtype::kInt8) {
         const I* acc_h = acc + h * st.rows;
         if (!paired) {
-          k_int8_transpose(c.krow + kHalf * h, d, st.kt, pfk_h, pfb_h);
-          k_all<1>(st, acc);
+          k_int8_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
           acc_h = acc;
         }
         const V dk = int8_scales(k_prm0, h);
