@@ -549,7 +549,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   const int64_t k_prm0 = reg.k_params + u.kv_head * psize * prm_bytes;
   const int64_t v_prm0 = reg.v_params + u.kv_head * psize * prm_bytes;
   int64_t kivi_page = -1;
-  I acc[2 * kAttnMaxRows * 16];  // K dot products: [tile][rows][groups] (int4) or [tile][rows]
+  I acc[kAttnMaxRows * 16];  // K dot products of one tile: [rows][groups] (int4) or [rows]
   Chunk c;
   for (int64_t kv = u.kv0; kv < kv_end;) {
     // A chunk: up to 32 tokens, across pages.
@@ -632,45 +632,26 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       }
     };
 
-    // ---- scores: st.s[r][t] ----
-    const bool paired = !kivi && halves == 2;  // both tiles' dot products in one pass
-    if (paired) {
-      if (dt == KvDtype::kInt8) {
-        for (int64_t h = 0; h < 2; ++h)
-          k_int8_all(st, c.krow + kHalf * h, acc + h * st.rows, pfk[h], pf_bytes[h]);
-      } else {
-        for (int64_t h = 0; h < 2; ++h) {
-          k_int4_all(st, c.krow + kHalf * h, acc + h * st.rows * G, pfk[h], pf_bytes[h]);
-        }
-      }
-    }
+    // ---- scores: st.s[r][t], one 16-token tile at a time ----
     for (int64_t h = 0; h < halves; ++h) {
       const uint8_t* pfk_h = pfk[h];
       const int64_t pfb_h = pf_bytes[h];
       const int64_t tn = tile_n(h);
       if (dt == KvDtype::kInt8) {
-        const I* acc_h = acc + h * st.rows;
-        if (!paired) {
-          k_int8_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
-          acc_h = acc;
-        }
+        k_int8_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
         const V dk = int8_scales(k_prm0, h);
         for (int64_t r = 0; r < st.rows; ++r) {
-          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc_h[r], vi_set1(st.corr[r])));
+          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
           vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
         }
       } else if (!kivi) {
-        const I* acc_h = acc + h * st.rows * G;
-        if (!paired) {
-          k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
-          acc_h = acc;
-        }
+        k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
         V dg[16], mg[16];
         int4_scales(k_prm0, h, dg, mg);
         for (int64_t r = 0; r < st.rows; ++r) {
           V sv = vzero();
           for (int64_t g = 0; g < G; ++g) {
-            sv = vfma(_mm512_cvtepi32_ps(acc_h[r * G + g]), dg[g], sv);
+            sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[g], sv);
             sv = vfma(mg[g], vset1(static_cast<float>(st.qg[r * G + g])), sv);
           }
           vstore(st.s + r * kTok + kHalf * h, vmul(sv, vset1(st.sq[r])));
@@ -840,7 +821,7 @@ bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u
 
 int64_t vnni_decode_scratch_floats(int64_t d) {
   const int64_t R = kAttnMaxRows, G = (d + kKvInt4Group - 1) / kKvInt4Group + 1;
-  const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 + d / 4 * 64 * 4 + R * G * 32 + R * G * 4 +
+  const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 + d / 2 * 64 + R * G * 32 + R * G * 4 +
                         R * d * 4 + R * G * 64 + R * 64 + 2 * R * 4 + R * 128;
   return bytes / 4 + 64 * 20;  // + alignment of every region
 }
