@@ -22,8 +22,12 @@
 // about as much as two vpdpbusd): K loads q once per 16 bytes and keeps its tiles in registers (no
 // transpose stored and read back), and the int4 weight operands are permuted out of one register per
 // row instead of being stored and loaded.
-// Every K and V row is read once for all query heads of its group (the unit's rows). The error this
-// adds (q to 8 bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
+// Every K and V row is read once for all query heads of its group (the unit's rows). A unit takes
+// up to 8 KV heads of its sequence and walks them chunk by chunk: the K side of every head, then the
+// V side of every head, so each page's K rows (then V rows) are read front to back, a run the
+// hardware prefetcher follows, where one head at a time read a 1 KiB run per region and page
+// (int4, head_dim 128: 15-20% of the 4k time, docs/quant-formats.md). The error this adds (q to 8
+// bits, w to 8 bits) is bounded in docs/quant-formats.md and checked by the tests.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -197,13 +201,15 @@ static uint8_t* align64(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
 }
 
-// groups: 64-channel groups of an int4 row, 1 for int8.
-static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
+// groups: 64-channel groups of an int4 row, 1 for int8. Regions sized for `rows`; *end is the first
+// byte after them (the next head's state starts there). The V interleave buffer is used by one head
+// at a time: `vt` when given (the first head's), else carved here.
+static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups, uint8_t** end, I* vt) {
   State st;
   st.d = d;
   st.groups = groups;
   st.rows = rows;
-  constexpr int64_t R = kAttnMaxRows;
+  const int64_t R = rows;
   const int64_t G = st.groups > 0 ? st.groups : 1;
   uint8_t* p = align64(base);
   auto take = [&p](int64_t bytes) {
@@ -217,7 +223,7 @@ static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
   st.corr = reinterpret_cast<int32_t*>(take(R * 4));
   st.qg = reinterpret_cast<int32_t*>(take(R * G * 4));
   st.bias = reinterpret_cast<float*>(take(R * 4));
-  st.vt = reinterpret_cast<I*>(take(d / 2 * 64));
+  st.vt = vt != nullptr ? vt : reinterpret_cast<I*>(take(d / 2 * 64));
   st.wc = take(R * G * 32);
   st.sw = reinterpret_cast<float*>(take(R * G * 4));
   st.o = reinterpret_cast<float*>(take(R * d * 4));
@@ -226,6 +232,7 @@ static State carve(uint8_t* base, int64_t d, int64_t rows, int64_t groups) {
   st.mx = reinterpret_cast<float*>(take(R * 4));
   st.alpha = reinterpret_cast<float*>(take(R * 4));
   st.s = reinterpret_cast<float*>(take(R * 32 * 4));
+  *end = p;
   return st;
 }
 
@@ -494,6 +501,16 @@ static inline int64_t channel_of(bool int4, int64_t pos) {
   return int4 ? 128 * (sub / 2) + 2 * b + sub % 2 : 64 * sub + b;
 }
 
+// One KV head of a unit: its state and where its rows and scales sit in every page.
+struct Head {
+  State st;
+  int64_t kv_head = 0;
+  int64_t k_row0 = 0, v_row0 = 0;    // K / V row of slot 0 (bytes from the page start)
+  int64_t k_prm0 = 0, v_prm0 = 0;    // K / V scales of slot 0
+  const uint16_t* window = nullptr;  // kivi: the head's staged fp16 keys of the filling page
+  int64_t kivi_page = -1;            // kivi: the page whose channel scales st.qc holds
+};
+
 void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   const KvCache& cache = *j.cache;
   const AttentionBatch& b = *j.batch;
@@ -503,53 +520,60 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   const int64_t d = l.head_dim, psize = l.page_size, group = b.num_q_heads / l.num_kv_heads;
   const int64_t q0 = b.q_start[u.seq], q_len = b.q_start[u.seq + 1] - q0, kv_len = b.kv_len[u.seq];
   const int64_t token = u.row0 / group;
-  State st = carve(reinterpret_cast<uint8_t*>(scratch), d, u.nrows, int4 ? kv_int4_groups(d) : 1);
-  const int64_t G = st.groups;
+  const int64_t G = int4 ? kv_int4_groups(d) : 1;
   const KvPageRegions reg = kv_page_regions(l);
   const int64_t rb = kv_row_bytes(dt, d);
+  const int64_t prm_bytes = int4 ? G * 4 : 2;  // one token's scales (int4: G (d, m) pairs)
+  const int64_t nh = u.num_heads;
 
-  for (int64_t r = 0; r < st.rows; ++r) {
-    const int64_t hq = u.kv_head * group + (u.row0 + r) % group;
-    const float* qv = j.q.at(q0 + token, hq);
-    float* qf = st.qf + r * d;
-    const V sc = vset1(b.scale);
-    for (int64_t c = 0; c < d; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
-    if (!kivi) {
-      alignas(64) int8_t codes[1024];
-      st.sq[r] = quantize_s8(qf, d, int4 ? codes : st.qc + r * d);
-      if (int4) {
-        split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
-        for (int64_t g = 0; g < G; ++g) st.qg[r * G + g] = sum_s8(codes + 64 * g, 64);
-      } else {
-        st.corr[r] = 128 * sum_s8(st.qc + r * d, d);
+  Head hs[kAttnMaxHeads];
+  uint8_t* free_at = reinterpret_cast<uint8_t*>(scratch);
+  for (int64_t h = 0; h < nh; ++h) {
+    Head& hd = hs[h];
+    hd.kv_head = u.kv_head + h;
+    hd.st = carve(free_at, d, u.nrows, G, &free_at, h == 0 ? nullptr : hs[0].st.vt);
+    hd.k_row0 = kv_row_offset(l, reg.k_data, hd.kv_head, 0);
+    hd.v_row0 = kv_row_offset(l, reg.v_data, hd.kv_head, 0);
+    hd.k_prm0 = reg.k_params + hd.kv_head * psize * prm_bytes;
+    hd.v_prm0 = reg.v_params + hd.kv_head * psize * prm_bytes;
+    hd.window = kivi && kv_len % psize != 0
+                    ? reinterpret_cast<const uint16_t*>(cache.staging_window(b.staging_ids[u.seq])) +
+                          hd.kv_head * psize * d
+                    : nullptr;
+    const State& st = hd.st;
+    for (int64_t r = 0; r < st.rows; ++r) {
+      const int64_t hq = hd.kv_head * group + (u.row0 + r) % group;
+      const float* qv = j.q.at(q0 + token, hq);
+      float* qf = st.qf + r * d;
+      const V sc = vset1(b.scale);
+      for (int64_t c = 0; c < d; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
+      if (!kivi) {
+        alignas(64) int8_t codes[1024];
+        st.sq[r] = quantize_s8(qf, d, int4 ? codes : st.qc + r * d);
+        if (int4) {
+          split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
+          for (int64_t g = 0; g < G; ++g) st.qg[r * G + g] = sum_s8(codes + 64 * g, 64);
+        } else {
+          st.corr[r] = 128 * sum_s8(st.qc + r * d, d);
+        }
       }
+      for (int64_t c = 0; c < d; c += kW) vstore(st.o + r * d + c, vzero());
+      for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
+      vstore(st.lsum + r * 16, vzero());
+      st.mx[r] = -INFINITY;
     }
-    for (int64_t c = 0; c < d; c += kW) vstore(st.o + r * d + c, vzero());
-    for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
-    vstore(st.lsum + r * 16, vzero());
-    st.mx[r] = -INFINITY;
   }
 
   int64_t kv_end = kv_len - q_len + token + 1;
   if (kv_end > u.kv1) kv_end = u.kv1;
   const int64_t sealed = kv_len / psize * psize;  // kivi keys before this are in pages
-  const uint16_t* window =
-      kivi && kv_len % psize != 0
-          ? reinterpret_cast<const uint16_t*>(cache.staging_window(b.staging_ids[u.seq])) +
-                u.kv_head * psize * d
-          : nullptr;
   const int32_t* table = b.block_table + int64_t{u.seq} * b.max_pages_per_seq;
-  // The layout's offsets for this head, once: per token only adds remain (the layout functions
-  // switch on the dtype, and a division by the page size per token cost more than the dot products).
+  // The layout's offsets per head, once: per token only adds remain (the layout functions switch on
+  // the dtype, and a division by the page size per token cost more than the dot products).
   const int64_t page_bytes = kv_page_bytes(l);
   auto page_at = [&](int64_t i) { return cache.pages + int64_t{table[i]} * page_bytes; };
-  const int64_t k_row0 = kv_row_offset(l, reg.k_data, u.kv_head, 0);
-  const int64_t v_row0 = kv_row_offset(l, reg.v_data, u.kv_head, 0);
-  const int64_t prm_bytes = int4 ? G * 4 : 2;  // one token's scales (int4: G (d, m) pairs)
-  const int64_t k_prm0 = reg.k_params + u.kv_head * psize * prm_bytes;
-  const int64_t v_prm0 = reg.v_params + u.kv_head * psize * prm_bytes;
-  int64_t kivi_page = -1;
-  I acc[kAttnMaxRows * 16];  // K dot products of one tile: [rows][groups] (int4) or [rows]
+  I acc[kAttnMaxRows * 16];   // K dot products of one tile: [rows][groups] (int4) or [rows]
+  const uint8_t* slot[kTok];  // the chunk's tokens: page + slot * rb (a head adds its row offset)
   Chunk c;
   for (int64_t kv = u.kv0; kv < kv_end;) {
     // A chunk: up to 32 tokens, across pages.
@@ -557,52 +581,41 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     // kivi: every 16-token tile within one page (its keys use that page's channel scales).
     if (kivi && psize % kHalf != 0 && psize - kv % psize < n) n = psize - kv % psize;
     {
-      int64_t pi = kv / psize, slot = kv % psize;
+      int64_t pi = kv / psize, sl = kv % psize;
       const uint8_t* pg = page_at(pi);
       for (int64_t t = 0; t < n; ++t) {
-        if (slot == psize) {
-          slot = 0;
+        if (sl == psize) {
+          sl = 0;
           pg = page_at(++pi);
         }
-        c.krow[t] = pg + k_row0 + slot * rb;
-        c.vrow[t] = pg + v_row0 + slot * rb;
-        ++slot;
+        slot[t] = pg + sl * rb;
+        ++sl;
       }
-      for (int64_t t = n; t < kTok; ++t) c.krow[t] = c.vrow[t] = kZeroRow;
     }
     // The tiles of 16 tokens: where their scales are (a tile may straddle two pages only when pages
     // are shorter than 16 tokens; then its scales are read token by token).
     const int64_t halves = (n + kHalf - 1) / kHalf;
-    // The chunk after next, per 16-token tile (the part of it in the tile's first page): its scales
-    // now, its K and V rows one line per row loaded here (pages are scattered, so the hardware
-    // prefetcher stops at each; a burst of prefetches would stall on the line fill buffers).
-    const uint8_t* pfk[2] = {nullptr, nullptr};
-    const uint8_t* pfv[2] = {nullptr, nullptr};
-    int64_t pf_bytes[2] = {0, 0};
+    // The chunk after next, per 16-token tile (the part of it in the tile's first page): each head
+    // prefetches its scales when it starts on the chunk, and its K and V rows one line per row loaded
+    // (a burst of prefetches would stall on the line fill buffers).
+    const uint8_t* pf_page[2] = {nullptr, nullptr};
+    int64_t pf_slot[2] = {0, 0}, pf_n[2] = {0, 0};
     for (int64_t h = 0; h < 2; ++h) {
       const int64_t ahead = kv + n + kTok + kHalf * h;
       if (ahead >= kv_end) break;
-      const uint8_t* pf = page_at(ahead / psize);
-      const int64_t pt = ahead % psize;
-      int64_t pn = psize - pt < kHalf ? psize - pt : kHalf;
+      pf_page[h] = page_at(ahead / psize);
+      pf_slot[h] = ahead % psize;
+      int64_t pn = psize - pf_slot[h] < kHalf ? psize - pf_slot[h] : kHalf;
       if (kv_end - ahead < pn) pn = kv_end - ahead;
-      pfk[h] = pf + k_row0 + pt * rb;
-      pfv[h] = pf + v_row0 + pt * rb;
-      pf_bytes[h] = pn * rb;
-      const int64_t pb = pn * prm_bytes;
-      const uint8_t* kp = pf + k_prm0 + pt * prm_bytes;
-      const uint8_t* vp = pf + v_prm0 + pt * prm_bytes;
-      for (int64_t off = 0; off < pb; off += 64) {
-        if (!kivi) __builtin_prefetch(kp + off, 0, 3);
-        __builtin_prefetch(vp + off, 0, 3);
-      }
+      pf_n[h] = pn;
     }
-    // Scale loads of tile h: contiguous when its tokens share a page, else gathered token by token.
+    int64_t pf_bytes[2] = {pf_n[0] * rb, pf_n[1] * rb};
     auto tile_n = [&](int64_t h) { return n - kHalf * h < kHalf ? n - kHalf * h : kHalf; };
     auto tile_one_page = [&](int64_t h) {
       return (kv + kHalf * h) / psize == (kv + kHalf * h + tile_n(h) - 1) / psize;
     };
-    // prm0: k_prm0 or v_prm0.
+    // Scale loads of tile h: contiguous when its tokens share a page, else gathered token by token.
+    // prm0: a head's k_prm0 or v_prm0.
     auto int8_scales = [&](int64_t prm0, int64_t h) __attribute__((always_inline))->V {
       const int64_t t = kv + kHalf * h, tn = tile_n(h);
       if (tile_one_page(h)) return load_f16_n(page_at(t / psize) + prm0 + t % psize * 2, tn);
@@ -632,145 +645,176 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       }
     };
 
-    // ---- scores: st.s[r][t], one 16-token tile at a time ----
-    for (int64_t h = 0; h < halves; ++h) {
-      const uint8_t* pfk_h = pfk[h];
-      const int64_t pfb_h = pf_bytes[h];
-      const int64_t tn = tile_n(h);
+    // ---- K side, head after head (the page's K rows front to back): scores, softmax, weights ----
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      Head& hd = hs[hh];
+      const State& st = hd.st;
+      for (int64_t t = 0; t < n; ++t) c.krow[t] = slot[t] + hd.k_row0;
+      for (int64_t t = n; t < kTok; ++t) c.krow[t] = kZeroRow;
+      for (int64_t h = 0; h < 2 && pf_page[h] != nullptr; ++h) {
+        const int64_t pb = pf_n[h] * prm_bytes;
+        const uint8_t* kp = pf_page[h] + hd.k_prm0 + pf_slot[h] * prm_bytes;
+        const uint8_t* vp = pf_page[h] + hd.v_prm0 + pf_slot[h] * prm_bytes;
+        for (int64_t off = 0; off < pb; off += 64) {
+          if (!kivi) __builtin_prefetch(kp + off, 0, 3);
+          __builtin_prefetch(vp + off, 0, 3);
+        }
+      }
+      for (int64_t h = 0; h < halves; ++h) {
+        const uint8_t* pfk_h = pf_page[h] != nullptr ? pf_page[h] + hd.k_row0 + pf_slot[h] * rb : nullptr;
+        const int64_t pfb_h = pf_bytes[h];
+        const int64_t tn = tile_n(h);
+        if (dt == KvDtype::kInt8) {
+          k_int8_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
+          const V dk = int8_scales(hd.k_prm0, h);
+          for (int64_t r = 0; r < st.rows; ++r) {
+            const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
+            vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
+          }
+        } else if (!kivi) {
+          k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
+          V dg[16], mg[16];
+          int4_scales(hd.k_prm0, h, dg, mg);
+          for (int64_t r = 0; r < st.rows; ++r) {
+            V sv = vzero();
+            for (int64_t g = 0; g < G; ++g) {
+              sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[g], sv);
+              sv = vfma(mg[g], vset1(static_cast<float>(st.qg[r * G + g])), sv);
+            }
+            vstore(st.s + r * kTok + kHalf * h, vmul(sv, vset1(st.sq[r])));
+          }
+        } else if (kv + kHalf * h >= sealed) {  // kivi keys of the filling page: fp16 window, fp32 products
+          const int64_t t0 = (kv + kHalf * h) % psize;
+          for (int64_t r = 0; r < st.rows; ++r) {
+            alignas(64) float sc[16] = {};
+            for (int64_t t = 0; t < tn; ++t) {
+              const uint16_t* kr = hd.window + (t0 + t) * d;
+              V a = vzero();
+              for (int64_t ch = 0; ch < d; ch += kW)
+                a = vfma(vload(st.qf + r * d + ch), vload_f16(kr + ch), a);
+              sc[t] = vhsum(a);
+            }
+            vstore(st.s + r * kTok + kHalf * h, vload(sc));
+          }
+        } else {
+          const int64_t tile_page = (kv + kHalf * h) / psize;
+          if (hd.kivi_page != tile_page) {  // q' = q * d_c per page, quantized; bias = q . m
+            kivi_requantize(st, page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, hd.kv_head, 0));
+            hd.kivi_page = tile_page;
+          }
+          k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
+          for (int64_t r = 0; r < st.rows; ++r) {
+            I a = vi_zero();
+            for (int64_t g = 0; g < G; ++g) a = _mm512_add_epi32(a, acc[r * G + g]);
+            vstore(st.s + r * kTok + kHalf * h,
+                   vfma(_mm512_cvtepi32_ps(a), vset1(st.sq[r]), vset1(st.bias[r])));
+          }
+        }
+      }
+      softmax_rows(st, n);
+
+      // weights: w = p * (V scale), u8 per (row, group) over the chunk
       if (dt == KvDtype::kInt8) {
-        k_int8_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
-        const V dk = int8_scales(k_prm0, h);
+        const V dv0 = int8_scales(hd.v_prm0, 0), dv1 = halves > 1 ? int8_scales(hd.v_prm0, 1) : vzero();
         for (int64_t r = 0; r < st.rows; ++r) {
-          const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r])));
-          vstore(st.s + r * kTok + kHalf * h, vmul(dot, vmul(dk, vset1(st.sq[r]))));
+          const float* p = st.s + r * kTok;
+          st.sw[r] = quantize_u8(vmul(vload(p), dv0), vmul(vload(p + 16), dv1), st.wc + r * 32);
         }
-      } else if (!kivi) {
-        k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
-        V dg[16], mg[16];
-        int4_scales(k_prm0, h, dg, mg);
+      } else {
+        V dg0[16], mg0[16], dg1[16], mg1[16];
+        int4_scales(hd.v_prm0, 0, dg0, mg0);
+        if (halves > 1) {
+          int4_scales(hd.v_prm0, 1, dg1, mg1);
+        } else {
+          for (int64_t g = 0; g < G; ++g) dg1[g] = mg1[g] = vzero();
+        }
         for (int64_t r = 0; r < st.rows; ++r) {
-          V sv = vzero();
+          const V p0 = vload(st.s + r * kTok), p1 = vload(st.s + r * kTok + 16);
           for (int64_t g = 0; g < G; ++g) {
-            sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[g], sv);
-            sv = vfma(mg[g], vset1(static_cast<float>(st.qg[r * G + g])), sv);
+            st.sw[r * G + g] = quantize_u8(vmul(p0, dg0[g]), vmul(p1, dg1[g]), st.wc + (r * G + g) * 32);
+            float* ma = st.macc + (r * G + g) * 16;
+            vstore(ma, vfma(vload(ma), vset1(st.alpha[r]), vfma(p0, mg0[g], vmul(p1, mg1[g]))));
           }
-          vstore(st.s + r * kTok + kHalf * h, vmul(sv, vset1(st.sq[r])));
-        }
-      } else if (kv + kHalf * h >= sealed) {  // kivi keys of the filling page: fp16 window, fp32 products
-        const int64_t t0 = (kv + kHalf * h) % psize;
-        for (int64_t r = 0; r < st.rows; ++r) {
-          alignas(64) float sc[16] = {};
-          for (int64_t t = 0; t < tn; ++t) {
-            const uint16_t* kr = window + (t0 + t) * d;
-            V a = vzero();
-            for (int64_t ch = 0; ch < d; ch += kW) a = vfma(vload(st.qf + r * d + ch), vload_f16(kr + ch), a);
-            sc[t] = vhsum(a);
-          }
-          vstore(st.s + r * kTok + kHalf * h, vload(sc));
-        }
-      } else {
-        const int64_t tile_page = (kv + kHalf * h) / psize;
-        if (kivi_page != tile_page) {  // q' = q * d_c per page, quantized; bias = q . m
-          kivi_requantize(st, page_at(tile_page) + kv_kivi_param_offset(l, reg.k_params, u.kv_head, 0));
-          kivi_page = tile_page;
-        }
-        k_int4_all(st, c.krow + kHalf * h, acc, pfk_h, pfb_h);
-        for (int64_t r = 0; r < st.rows; ++r) {
-          I a = vi_zero();
-          for (int64_t g = 0; g < G; ++g) a = _mm512_add_epi32(a, acc[r * G + g]);
-          vstore(st.s + r * kTok + kHalf * h,
-                 vfma(_mm512_cvtepi32_ps(a), vset1(st.sq[r]), vset1(st.bias[r])));
-        }
-      }
-    }
-    softmax_rows(st, n);
-
-    // ---- weights: w = p * (V scale), u8 per (row, group) over the chunk ----
-    if (dt == KvDtype::kInt8) {
-      const V dv0 = int8_scales(v_prm0, 0), dv1 = halves > 1 ? int8_scales(v_prm0, 1) : vzero();
-      for (int64_t r = 0; r < st.rows; ++r) {
-        const float* p = st.s + r * kTok;
-        st.sw[r] = quantize_u8(vmul(vload(p), dv0), vmul(vload(p + 16), dv1), st.wc + r * 32);
-      }
-    } else {
-      V dg0[16], mg0[16], dg1[16], mg1[16];
-      int4_scales(v_prm0, 0, dg0, mg0);
-      if (halves > 1) {
-        int4_scales(v_prm0, 1, dg1, mg1);
-      } else {
-        for (int64_t g = 0; g < G; ++g) dg1[g] = mg1[g] = vzero();
-      }
-      for (int64_t r = 0; r < st.rows; ++r) {
-        const V p0 = vload(st.s + r * kTok), p1 = vload(st.s + r * kTok + 16);
-        for (int64_t g = 0; g < G; ++g) {
-          st.sw[r * G + g] = quantize_u8(vmul(p0, dg0[g]), vmul(p1, dg1[g]), st.wc + (r * G + g) * 32);
-          float* ma = st.macc + (r * G + g) * 16;
-          vstore(ma, vfma(vload(ma), vset1(st.alpha[r]), vfma(p0, mg0[g], vmul(p1, mg1[g]))));
         }
       }
     }
 
-    // ---- V: interleave 4 tokens per lane, then accumulate ----
+    // ---- V side, head after head: interleave 4 tokens per lane, then accumulate ----
     const int64_t quads = (n + 3) / 4;
-    if (dt == KvDtype::kInt8) {
-      for (int64_t sl = 0; sl < d / 64; ++sl) {
-        for (int64_t tb = 0; tb < kTok / 4; ++tb) {
-          const int64_t pq = (sl * 4 + tb % 4) * 256;  // prefetch: 4 lines of tile tb / 4 per quad and slice
-          for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
-            __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
-          if (tb >= quads) {
-            for (int k = 0; k < 4; ++k) vi_store(st.vt + (sl * 8 + tb) * 4 + k, vi_zero());
-            continue;
-          }
-          const uint8_t* const* vr = c.vrow + 4 * tb;
-          interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
-                      vi_load(vr[3] + 64 * sl), st.vt + (sl * 8 + tb) * 4);
-        }
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      const Head& hd = hs[hh];
+      const State& st = hd.st;
+      for (int64_t t = 0; t < n; ++t) c.vrow[t] = slot[t] + hd.v_row0;
+      for (int64_t t = n; t < kTok; ++t) c.vrow[t] = kZeroRow;
+      const uint8_t* pfv[2] = {nullptr, nullptr};
+      for (int64_t h = 0; h < 2; ++h) {
+        if (pf_page[h] != nullptr) pfv[h] = pf_page[h] + hd.v_row0 + pf_slot[h] * rb;
       }
-      v_all<false>(st);
-    } else {
-      const I lo4 = _mm512_set1_epi8(0x0F);
-      for (int64_t sl = 0; sl < d / 128; ++sl) {
-        for (int64_t tb = 0; tb < kTok / 4; ++tb) {
-          const int64_t pq = (sl * 4 + tb % 4) * 256;
-          for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
-            __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
-          I e[4];
-          if (tb >= quads) {
-            e[0] = e[1] = e[2] = e[3] = vi_zero();
-          } else {
+      if (dt == KvDtype::kInt8) {
+        for (int64_t sl = 0; sl < d / 64; ++sl) {
+          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+            const int64_t pq =
+                (sl * 4 + tb % 4) * 256;  // prefetch: 4 lines of tile tb / 4 per quad and slice
+            for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+              __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
+            if (tb >= quads) {
+              for (int k = 0; k < 4; ++k) vi_store(st.vt + (sl * 8 + tb) * 4 + k, vi_zero());
+              continue;
+            }
             const uint8_t* const* vr = c.vrow + 4 * tb;
             interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
-                        vi_load(vr[3] + 64 * sl), e);
-          }
-          for (int k = 0; k < 4; ++k) {
-            vi_store(st.vt + ((2 * sl) * 8 + tb) * 4 + k, _mm512_and_si512(e[k], lo4));
-            vi_store(st.vt + ((2 * sl + 1) * 8 + tb) * 4 + k,
-                     _mm512_and_si512(_mm512_srli_epi16(e[k], 4), lo4));
+                        vi_load(vr[3] + 64 * sl), st.vt + (sl * 8 + tb) * 4);
           }
         }
+        v_all<false>(st);
+      } else {
+        const I lo4 = _mm512_set1_epi8(0x0F);
+        for (int64_t sl = 0; sl < d / 128; ++sl) {
+          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+            const int64_t pq = (sl * 4 + tb % 4) * 256;
+            for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+              __builtin_prefetch(pfv[tb / 4] + off, 0, 3);
+            I e[4];
+            if (tb >= quads) {
+              e[0] = e[1] = e[2] = e[3] = vi_zero();
+            } else {
+              const uint8_t* const* vr = c.vrow + 4 * tb;
+              interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
+                          vi_load(vr[3] + 64 * sl), e);
+            }
+            for (int k = 0; k < 4; ++k) {
+              vi_store(st.vt + ((2 * sl) * 8 + tb) * 4 + k, _mm512_and_si512(e[k], lo4));
+              vi_store(st.vt + ((2 * sl + 1) * 8 + tb) * 4 + k,
+                       _mm512_and_si512(_mm512_srli_epi16(e[k], 4), lo4));
+            }
+          }
+        }
+        v_all<true>(st);
       }
-      v_all<true>(st);
     }
     kv += n;
   }
 
   // ---- out: o (+ the int4 V minima) / sum, back in channel order ----
-  for (int64_t r = 0; r < st.rows; ++r) {
-    const int64_t row = u.row0 + r, hq = u.kv_head * group + row % group;
-    const float total = vhsum(vload(st.lsum + r * 16));
-    float mterm[64];
-    for (int64_t g = 0; g < G; ++g) mterm[g] = int4 ? vhsum(vload(st.macc + (r * G + g) * 16)) : 0.0f;
-    const float* o = st.o + r * d;
-    float* dst = u.partial != nullptr ? u.partial + r * (d + 2) : j.out.at(q0 + token, hq);
-    const float inv = u.partial != nullptr ? 1.0f : 1.0f / total;
-    for (int64_t pos = 0; pos < d; ++pos) {
-      const int64_t ch = channel_of(int4, pos);
-      dst[ch] = (o[pos] + (int4 ? mterm[ch / kKvInt4Group] : 0.0f)) * inv;
-    }
-    if (u.partial != nullptr) {
-      dst[d] = st.mx[r];
-      dst[d + 1] = total;
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    const Head& hd = hs[hh];
+    const State& st = hd.st;
+    for (int64_t r = 0; r < st.rows; ++r) {
+      const int64_t row = u.row0 + r, hq = hd.kv_head * group + row % group;
+      const float total = vhsum(vload(st.lsum + r * 16));
+      float mterm[64];
+      for (int64_t g = 0; g < G; ++g) mterm[g] = int4 ? vhsum(vload(st.macc + (r * G + g) * 16)) : 0.0f;
+      const float* o = st.o + r * d;
+      float* dst = u.partial != nullptr ? u.partial + (hh * st.rows + r) * (d + 2) : j.out.at(q0 + token, hq);
+      const float inv = u.partial != nullptr ? 1.0f : 1.0f / total;
+      for (int64_t pos = 0; pos < d; ++pos) {
+        const int64_t ch = channel_of(int4, pos);
+        dst[ch] = (o[pos] + (int4 ? mterm[ch / kKvInt4Group] : 0.0f)) * inv;
+      }
+      if (u.partial != nullptr) {
+        dst[d] = st.mx[r];
+        dst[d + 1] = total;
+      }
     }
   }
 }
@@ -816,14 +860,15 @@ namespace infergate::kernels::cpu {
 bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u) {
   const bool shape = (l.dtype == KvDtype::kInt8 && l.head_dim % 64 == 0) ||
                      ((l.dtype == KvDtype::kInt4 || l.dtype == KvDtype::kInt4Kivi) && l.head_dim % 128 == 0);
-  return shape && l.head_dim <= 1024 && u.row0 / group == (u.row0 + u.nrows - 1) / group;
+  return shape && l.head_dim <= 1024 && u.num_heads <= kAttnMaxHeads &&
+         u.row0 / group == (u.row0 + u.nrows - 1) / group;
 }
 
-int64_t vnni_decode_scratch_floats(int64_t d) {
+int64_t vnni_decode_scratch_floats(int64_t d, int64_t heads) {
   const int64_t R = kAttnMaxRows, G = (d + kKvInt4Group - 1) / kKvInt4Group + 1;
   const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 + d / 2 * 64 + R * G * 32 + R * G * 4 +
                         R * d * 4 + R * G * 64 + R * 64 + 2 * R * 4 + R * 128;
-  return bytes / 4 + 64 * 20;  // + alignment of every region
+  return heads * (bytes / 4 + 64 * 16) + 16;  // + alignment of every region, per head
 }
 
 }  // namespace infergate::kernels::cpu

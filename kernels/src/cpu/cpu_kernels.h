@@ -34,13 +34,18 @@ struct AttnJob {
   View3<float> out;
 };
 
-// A work unit: rows [row0, row0 + nrows) of sequence `seq` for KV head `kv_head` (row r is query
-// token r / group, query head kv_head * group + r % group), over KV positions [kv0, kv1).
-// When `partial` is set the unit writes [nrows][head_dim + 2] = (o unnormalised, max, sum) there
-// instead of the final rows of out.
+// A work unit: rows [row0, row0 + nrows) of sequence `seq` for each of the KV heads
+// [kv_head, kv_head + num_heads) (row r of head h is query token r / group, query head h * group +
+// r % group), over KV positions [kv0, kv1). When `partial` is set the unit writes
+// [num_heads][nrows][head_dim + 2] = (o unnormalised, max, sum) there instead of the final rows of out.
+// Integer-path decode units take up to kAttnMaxHeads KV heads of their sequence: a page holds the
+// heads' rows one after another, so walking the heads within each chunk reads the page front to
+// back, which the hardware prefetcher follows; one head at a time reads a 1 KiB run (int4, head_dim
+// 128, 16-token pages) here and there (docs/quant-formats.md, "Where the time goes").
 struct AttnUnit {
   int32_t seq = 0;
   int32_t kv_head = 0;
+  int32_t num_heads = 1;
   int32_t row0 = 0;
   int32_t nrows = 0;
   int32_t kv0 = 0;
@@ -48,7 +53,8 @@ struct AttnUnit {
   float* partial = nullptr;
 };
 
-inline constexpr int kAttnMaxRows = 16;      // query rows per unit
+inline constexpr int kAttnMaxRows = 16;      // query rows per unit (per head)
+inline constexpr int kAttnMaxHeads = 8;      // KV heads per unit
 inline constexpr int kAttnChunkTokens = 16;  // KV tokens dequantized at a time
 
 // Floats of scratch one attention unit needs for head_dim d (rows padded to a multiple of 32): q and
@@ -79,12 +85,12 @@ struct Kernels {
 
 // Integer decode attention over int8 / int4 / int4-kivi KV (attn_vnni.cc): whether this CPU has
 // AVX-512 with VNNI; whether a unit qualifies (decode rows of one token; int8 with head_dim % 64 == 0,
-// int4 and kivi with head_dim % 128 == 0, head_dim <= 1024); the unit itself (scratch of
-// vnni_decode_scratch_floats(head_dim) floats; same outputs as Kernels::attention_unit, with q and the
-// softmax weights quantized to 8 bits).
+// int4 and kivi with head_dim % 128 == 0, head_dim <= 1024); the unit itself, every one of its heads
+// (scratch of vnni_decode_scratch_floats(head_dim, num_heads) floats; same outputs as
+// Kernels::attention_unit head by head, with q and the softmax weights quantized to 8 bits).
 bool vnni_decode_available();
 bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u);
-int64_t vnni_decode_scratch_floats(int64_t head_dim);
+int64_t vnni_decode_scratch_floats(int64_t head_dim, int64_t heads);
 void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch);
 
 const Kernels& scalar_kernels();

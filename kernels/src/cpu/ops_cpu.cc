@@ -178,35 +178,47 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
   const KvPageLayout& l = cache.layout;
   const int64_t group = b.num_q_heads / l.num_kv_heads, dim = l.head_dim;
   const int64_t threads = cpu_threads();
+  // Decode over int8 / int4 KV takes the integer path where the CPU has it (cpu.h).
+  const bool int_path = cpu_int_attention();
 
-  // Units without splitting: (sequence, KV head, tile of up to 16 query rows).
+  // Units without splitting: (sequence, KV heads, tile of up to 16 query rows). A sequence whose rows
+  // fit one tile (decode) takes all its KV heads in one unit (cpu_kernels.h, AttnUnit).
   struct Tile {
-    int32_t seq, kv_head, row0, nrows, kv_visible;
+    int32_t seq, kv_head, num_heads, row0, nrows, kv_visible;
   };
   std::vector<Tile> tiles;
   for (int32_t s = 0; s < b.num_seqs; ++s) {
     const int64_t q_len = b.q_start[s + 1] - b.q_start[s], rows = q_len * group;
-    for (int32_t h = 0; h < l.num_kv_heads; ++h) {
+    cpu::AttnUnit probe;
+    probe.nrows = static_cast<int32_t>(rows);
+    probe.num_heads = std::min(l.num_kv_heads, cpu::kAttnMaxHeads);
+    const bool multi = rows <= cpu::kAttnMaxRows && int_path && cpu::vnni_decode_applies(l, group, probe);
+    const int32_t heads_per_tile = multi ? probe.num_heads : 1;
+    for (int32_t h = 0; h < l.num_kv_heads; h += heads_per_tile) {
+      const int32_t nh = std::min(heads_per_tile, l.num_kv_heads - h);
       for (int64_t r0 = 0; r0 < rows; r0 += cpu::kAttnMaxRows) {
         const int64_t nrows = std::min<int64_t>(cpu::kAttnMaxRows, rows - r0);
         const int64_t last_token = (r0 + nrows - 1) / group;
         const int64_t visible = b.kv_len[s] - q_len + last_token + 1;
         tiles.push_back(
-            {s, h, static_cast<int32_t>(r0), static_cast<int32_t>(nrows), static_cast<int32_t>(visible)});
+            {s, h, nh, static_cast<int32_t>(r0), static_cast<int32_t>(nrows), static_cast<int32_t>(visible)});
       }
     }
   }
-  // Split long KV ranges when there are too few tiles to keep every thread busy (flash-decoding),
-  // or always when the caller asks for a split size.
-  int64_t split = b.split_tokens;
-  if (split == 0 && static_cast<int64_t>(tiles.size()) < 2 * threads) {
-    int64_t longest = 0;
-    for (const Tile& t : tiles) longest = std::max<int64_t>(longest, t.kv_visible);
-    const int64_t want_pieces =
-        ceil_div(4 * threads, std::max<int64_t>(1, static_cast<int64_t>(tiles.size())));
-    split = std::max<int64_t>(512, ceil_div(longest, want_pieces));
-  }
-  if (split > 0) split = ceil_div(split, l.page_size) * l.page_size;
+  // Split long KV ranges into pieces (flash-decoding) when a tile holds more than its share of the
+  // work (KV tokens x heads): pieces of at least 512 tokens, about 4 per thread over the batch, so a
+  // few long sequences do not leave threads idle. A caller's split size splits every tile.
+  int64_t work = 0;
+  for (const Tile& t : tiles) work += int64_t{t.kv_visible} * t.num_heads;
+  const int64_t share = threads > 1 ? std::max<int64_t>(1, ceil_div(work, 4 * threads)) : 0;
+  auto piece_tokens = [&](const Tile& t) -> int64_t {
+    int64_t split = b.split_tokens;
+    if (split == 0 && share > 0 && int64_t{t.kv_visible} * t.num_heads > share) {
+      split = std::max<int64_t>(512,
+                                ceil_div(t.kv_visible, ceil_div(int64_t{t.kv_visible} * t.num_heads, share)));
+    }
+    return split > 0 ? ceil_div(split, l.page_size) * l.page_size : 0;
+  };
 
   std::vector<cpu::AttnUnit> units;
   struct Merge {
@@ -219,12 +231,14 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
   int64_t partial_floats = 0;
   for (size_t ti = 0; ti < tiles.size(); ++ti) {
     const Tile& t = tiles[ti];
+    const int64_t split = piece_tokens(t);
     const int64_t pieces = split > 0 ? std::max<int64_t>(1, ceil_div(t.kv_visible, split)) : 1;
     if (pieces > 1) merges.push_back({ti, units.size(), static_cast<size_t>(pieces)});
     for (int64_t p = 0; p < pieces; ++p) {
       cpu::AttnUnit u;
       u.seq = t.seq;
       u.kv_head = t.kv_head;
+      u.num_heads = t.num_heads;
       u.row0 = t.row0;
       u.nrows = t.nrows;
       u.kv0 = static_cast<int32_t>(pieces > 1 ? p * split : 0);
@@ -232,7 +246,7 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
           static_cast<int32_t>(pieces > 1 ? std::min<int64_t>(t.kv_visible, (p + 1) * split) : t.kv_visible);
       units.push_back(u);
       partial_offset.push_back(pieces > 1 ? partial_floats : -1);
-      if (pieces > 1) partial_floats += t.nrows * (dim + 2);
+      if (pieces > 1) partial_floats += int64_t{t.num_heads} * t.nrows * (dim + 2);
     }
   }
   std::vector<float> partials(static_cast<size_t>(partial_floats));
@@ -242,18 +256,25 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
 
   const cpu::Kernels& kern = cpu::active_kernels();
   cpu::AttnJob job{&cache, &b, q, out};
-  // Decode units over int8 / int4 KV take the integer path where the CPU has it (cpu.h).
-  const bool int_path = cpu_int_attention();
+  // The integer path walks all of a unit's heads chunk by chunk; the exact path takes them one at a time.
+  int32_t max_heads = 1;
+  for (const cpu::AttnUnit& u : units) max_heads = std::max(max_heads, u.num_heads);
   const int64_t scratch =
-      int_path ? std::max(cpu::attention_scratch_floats(dim), cpu::vnni_decode_scratch_floats(dim))
+      int_path ? std::max(cpu::attention_scratch_floats(dim), cpu::vnni_decode_scratch_floats(dim, max_heads))
                : cpu::attention_scratch_floats(dim);
   cpu::pool().run(static_cast<int64_t>(units.size()), [&](int64_t i) {
     std::vector<float>& s = thread_scratch(scratch);
     const cpu::AttnUnit& u = units[static_cast<size_t>(i)];
     if (int_path && cpu::vnni_decode_applies(l, group, u)) {
       cpu::vnni_decode_unit(job, u, s.data());
-    } else {
-      kern.attention_unit(job, u, s.data());
+      return;
+    }
+    for (int32_t h = 0; h < u.num_heads; ++h) {
+      cpu::AttnUnit one = u;
+      one.kv_head = u.kv_head + h;
+      one.num_heads = 1;
+      if (u.partial != nullptr) one.partial = u.partial + int64_t{h} * u.nrows * (dim + 2);
+      kern.attention_unit(job, one, s.data());
     }
   });
 
@@ -263,23 +284,25 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
     const Merge& m = merges[static_cast<size_t>(mi)];
     const Tile& t = tiles[m.tile];
     const int64_t q0 = b.q_start[t.seq];
-    for (int64_t r = 0; r < t.nrows; ++r) {
-      float mx = -INFINITY;
-      for (size_t i = 0; i < m.count; ++i)
-        mx = std::max(mx, units[m.first_unit + i].partial[r * (dim + 2) + dim]);
-      const int64_t row = t.row0 + r, token = row / group, hq = t.kv_head * group + row % group;
-      float* dst = out.at(q0 + token, hq);
-      std::fill(dst, dst + dim, 0.0f);
-      float total = 0.0f;
-      for (size_t i = 0; i < m.count; ++i) {
-        const float* p = units[m.first_unit + i].partial + r * (dim + 2);
-        if (p[dim + 1] == 0.0f) continue;  // the piece saw nothing of this row
-        const float w = std::exp(p[dim] - mx);
-        total += p[dim + 1] * w;
-        for (int64_t c = 0; c < dim; ++c) dst[c] += p[c] * w;
+    for (int64_t h = 0; h < t.num_heads; ++h) {
+      for (int64_t r = 0; r < t.nrows; ++r) {
+        const int64_t at = (h * t.nrows + r) * (dim + 2);
+        float mx = -INFINITY;
+        for (size_t i = 0; i < m.count; ++i) mx = std::max(mx, units[m.first_unit + i].partial[at + dim]);
+        const int64_t row = t.row0 + r, token = row / group, hq = (t.kv_head + h) * group + row % group;
+        float* dst = out.at(q0 + token, hq);
+        std::fill(dst, dst + dim, 0.0f);
+        float total = 0.0f;
+        for (size_t i = 0; i < m.count; ++i) {
+          const float* p = units[m.first_unit + i].partial + at;
+          if (p[dim + 1] == 0.0f) continue;  // the piece saw nothing of this row
+          const float w = std::exp(p[dim] - mx);
+          total += p[dim + 1] * w;
+          for (int64_t c = 0; c < dim; ++c) dst[c] += p[c] * w;
+        }
+        const float inv = 1.0f / total;
+        for (int64_t c = 0; c < dim; ++c) dst[c] *= inv;
       }
-      const float inv = 1.0f / total;
-      for (int64_t c = 0; c < dim; ++c) dst[c] *= inv;
     }
   });
   return ok_status();
