@@ -463,6 +463,7 @@ TEST(AttentionCpu, UnitsOfSeveralHeadsAndSplitsByWork) {
       {16, 8, 32, 128, {2000}, {1}},                // one long sequence: split 4 ways, merged per head
       {16, 8, 32, 128, {1500, 20, 33}, {1, 1, 1}},  // one long among short ones: only it is split
       {16, 3, 6, 64, {700, 9}, {1, 1}},             // 3 KV heads, head_dim 64
+      {5, 4, 8, 128, {37, 64}, {1, 1}},             // 5-token pages: tiles straddle pages, 4 heads
   };
   for (KvDtype dt : kAllDtypes) {
     for (const Shape& s : shapes) {
