@@ -494,6 +494,42 @@ static void v_all(const State& st) {
   }
 }
 
+// The V side of one head for a chunk of n tokens (vrow: their V rows, kZeroRow past n): the rows
+// interleaved 4 tokens per 32-bit lane into st.vt (int4: low and high nibbles as separate sub-slices),
+// prefetching the next chunk's rows (tile h: pf_bytes[h] at pfv[h]) 4 lines per quad and slice, then
+// accumulated into st.o.
+template <bool INT4>
+static void v_side(const State& st, const uint8_t* const* vrow, int64_t n, const uint8_t* const* pfv,
+                   const int64_t* pf_bytes) {
+  const int64_t quads = (n + 3) / 4;
+  const I lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t sl = 0; sl < st.d / (INT4 ? 128 : 64); ++sl) {
+    for (int64_t tb = 0; tb < kTok / 4; ++tb) {
+      const int64_t pq = (sl * 4 + tb % 4) * 256;
+      for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+        __builtin_prefetch(pfv[tb / 4] + off, 0, 2);
+      I e[4];
+      if (tb >= quads) {
+        e[0] = e[1] = e[2] = e[3] = vi_zero();
+      } else {
+        const uint8_t* const* vr = vrow + 4 * tb;
+        interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
+                    vi_load(vr[3] + 64 * sl), e);
+      }
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (INT4) {
+          vi_store(st.vt + ((2 * sl) * 8 + tb) * 4 + k, _mm512_and_si512(e[k], lo4));
+          vi_store(st.vt + ((2 * sl + 1) * 8 + tb) * 4 + k,
+                   _mm512_and_si512(_mm512_srli_epi16(e[k], 4), lo4));
+        } else {
+          vi_store(st.vt + (sl * 8 + tb) * 4 + k, e[k]);
+        }
+      }
+    }
+  }
+  v_all<INT4>(st);
+}
+
 // Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
 static inline int64_t channel_of(bool int4, int64_t pos) {
   const int64_t sub = pos / 64, k = pos % 64 / 16, lane = pos % 16, L = lane / 4, i = lane % 4;
@@ -741,11 +777,9 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
       }
     }
 
-    // ---- V side, head after head: interleave 4 tokens per lane, then accumulate ----
-    const int64_t quads = (n + 3) / 4;
+    // ---- V side, head after head ----
     for (int64_t hh = 0; hh < nh; ++hh) {
       const Head& hd = hs[hh];
-      const State& st = hd.st;
       for (int64_t t = 0; t < n; ++t) c.vrow[t] = slot[t] + hd.v_row0;
       for (int64_t t = n; t < kTok; ++t) c.vrow[t] = kZeroRow;
       const uint8_t* pfv[2] = {nullptr, nullptr};
@@ -753,45 +787,9 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         if (pf_page[h] != nullptr) pfv[h] = pf_page[h] + hd.v_row0 + pf_slot[h] * rb;
       }
       if (dt == KvDtype::kInt8) {
-        for (int64_t sl = 0; sl < d / 64; ++sl) {
-          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
-            const int64_t pq =
-                (sl * 4 + tb % 4) * 256;  // prefetch: 4 lines of tile tb / 4 per quad and slice
-            for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
-              __builtin_prefetch(pfv[tb / 4] + off, 0, 2);
-            if (tb >= quads) {
-              for (int k = 0; k < 4; ++k) vi_store(st.vt + (sl * 8 + tb) * 4 + k, vi_zero());
-              continue;
-            }
-            const uint8_t* const* vr = c.vrow + 4 * tb;
-            interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
-                        vi_load(vr[3] + 64 * sl), st.vt + (sl * 8 + tb) * 4);
-          }
-        }
-        v_all<false>(st);
+        v_side<false>(hd.st, c.vrow, n, pfv, pf_bytes);
       } else {
-        const I lo4 = _mm512_set1_epi8(0x0F);
-        for (int64_t sl = 0; sl < d / 128; ++sl) {
-          for (int64_t tb = 0; tb < kTok / 4; ++tb) {
-            const int64_t pq = (sl * 4 + tb % 4) * 256;
-            for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
-              __builtin_prefetch(pfv[tb / 4] + off, 0, 2);
-            I e[4];
-            if (tb >= quads) {
-              e[0] = e[1] = e[2] = e[3] = vi_zero();
-            } else {
-              const uint8_t* const* vr = c.vrow + 4 * tb;
-              interleave4(vi_load(vr[0] + 64 * sl), vi_load(vr[1] + 64 * sl), vi_load(vr[2] + 64 * sl),
-                          vi_load(vr[3] + 64 * sl), e);
-            }
-            for (int k = 0; k < 4; ++k) {
-              vi_store(st.vt + ((2 * sl) * 8 + tb) * 4 + k, _mm512_and_si512(e[k], lo4));
-              vi_store(st.vt + ((2 * sl + 1) * 8 + tb) * 4 + k,
-                       _mm512_and_si512(_mm512_srli_epi16(e[k], 4), lo4));
-            }
-          }
-        }
-        v_all<true>(st);
+        v_side<true>(hd.st, c.vrow, n, pfv, pf_bytes);
       }
     }
     kv += n;

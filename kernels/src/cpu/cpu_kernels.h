@@ -38,7 +38,8 @@ struct AttnJob {
 // [kv_head, kv_head + num_heads) (row r of head h is query token r / group, query head h * group +
 // r % group), over KV positions [kv0, kv1). When `partial` is set the unit writes
 // [num_heads][nrows][head_dim + 2] = (o unnormalised, max, sum) there instead of the final rows of out.
-// Integer-path decode units take up to kAttnMaxHeads KV heads of their sequence: a page holds the
+// Only integer-path decode units (vnni_decode_applies) have num_heads > 1; Kernels::attention_unit
+// takes one head. Those take up to kAttnMaxHeads KV heads of their sequence: a page holds the
 // heads' rows one after another, so walking the heads within each chunk reads the page front to
 // back, which the hardware prefetcher follows; one head at a time reads a 1 KiB run (int4, head_dim
 // 128, 16-token pages) here and there (docs/quant-formats.md, "Where the time goes").

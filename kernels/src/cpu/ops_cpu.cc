@@ -256,7 +256,7 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
 
   const cpu::Kernels& kern = cpu::active_kernels();
   cpu::AttnJob job{&cache, &b, q, out};
-  // The integer path walks all of a unit's heads chunk by chunk; the exact path takes them one at a time.
+  // Only units the integer path takes have more than one head (built so above).
   int32_t max_heads = 1;
   for (const cpu::AttnUnit& u : units) max_heads = std::max(max_heads, u.num_heads);
   const int64_t scratch =
@@ -267,14 +267,8 @@ Status attention_cpu(const KvCache& cache, const AttentionBatch& b, View3<const 
     const cpu::AttnUnit& u = units[static_cast<size_t>(i)];
     if (int_path && cpu::vnni_decode_applies(l, group, u)) {
       cpu::vnni_decode_unit(job, u, s.data());
-      return;
-    }
-    for (int32_t h = 0; h < u.num_heads; ++h) {
-      cpu::AttnUnit one = u;
-      one.kv_head = u.kv_head + h;
-      one.num_heads = 1;
-      if (u.partial != nullptr) one.partial = u.partial + int64_t{h} * u.nrows * (dim + 2);
-      kern.attention_unit(job, one, s.data());
+    } else {
+      kern.attention_unit(job, u, s.data());
     }
   });
 
