@@ -12,7 +12,6 @@
 //   kernels_cpu_bench [--benchmark_filter=...]     INFERGATE_KERNELS_THREADS / _ISA apply
 #include <benchmark/benchmark.h>
 #include <time.h>
-#include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -28,6 +27,7 @@
 
 #include "infergate/kernels/cpu.h"
 #include "infergate/kernels/ref.h"
+#include "llc.h"
 
 namespace infergate::kernels {
 namespace {
@@ -42,16 +42,6 @@ std::vector<float> normals(size_t n, float sd) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng());
   return v;
-}
-
-// Twice the last-level cache (sysconf; 48 MiB if it does not say): what a benchmark cycles through so
-// that each call reads from memory even where one call's working set would fit in the cache.
-int64_t twice_llc() {
-  static const int64_t bytes = [] {
-    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return 2 * (llc > 0 ? static_cast<int64_t>(llc) : int64_t{48} << 20);
-  }();
-  return bytes;
 }
 
 // ---- memory bandwidth: a[i] = b[i] + s * c[i] over 3 x 128 MiB, threads as the ops use ----

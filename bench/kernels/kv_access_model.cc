@@ -16,8 +16,6 @@
 //
 //   kv_access_model [--dtype int4|int8|f16] [--spin N] [--grain line|run] [--prefetch 0|1]
 //                   [--threads T] [--reps R]
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,6 +28,7 @@
 #include <vector>
 
 #include "infergate/kernels/formats.h"
+#include "llc.h"
 
 namespace infergate::kernels {
 namespace {
@@ -87,6 +86,17 @@ inline uint64_t walk(const uint8_t* p, const uint8_t* next, int64_t bytes, int64
   return sum;
 }
 
+// Runs work() on `threads` threads (this one included); returns the wall time in ms.
+template <class F>
+double timed_on_threads(int threads, F&& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t) others.emplace_back(work);
+  work();
+  for (std::thread& t : others) t.join();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // One step (every sequence over all its tokens) in `order` over pool copy `copy`; returns ms.
 double step(const Model& m, const Options& o, Order order, int64_t copy, int64_t spin, uint64_t* sink) {
   const uint8_t* pool = m.memory.data() + copy * m.pool_bytes;
@@ -123,13 +133,9 @@ double step(const Model& m, const Options& o, Order order, int64_t copy, int64_t
     }
     total += sum;
   };
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool_threads;
-  for (int t = 1; t < o.threads; ++t) pool_threads.emplace_back(work);
-  work();
-  for (std::thread& t : pool_threads) t.join();
+  const double ms = timed_on_threads(o.threads, work);
   *sink += total.load();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return ms;
 }
 
 // The compute stand-in alone for one step: the same number of lines, no reads.
@@ -142,17 +148,7 @@ double compute_only(const Model& m, int64_t spin, int threads) {
       for (int64_t l = 0; l < lines_per_unit; ++l) burn(spin);
     }
   };
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool_threads;
-  for (int t = 1; t < threads; ++t) pool_threads.emplace_back(work);
-  work();
-  for (std::thread& t : pool_threads) t.join();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int64_t llc_bytes() {
-  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  return llc > 0 ? llc : int64_t{32} << 20;
+  return timed_on_threads(threads, work);
 }
 
 int usage(const char* why) {
@@ -208,7 +204,7 @@ int run(int argc, char** argv) {
   m.row_bytes = kv_row_bytes(o.dtype, kDim);
   m.param_bytes = o.dtype == KvDtype::kInt8 ? 2 : (o.dtype == KvDtype::kInt4 ? kv_int4_groups(kDim) * 4 : 0);
   m.pool_bytes = kSeqs * kPagesPerSeq * m.regions.bytes;
-  m.copies = std::max<int64_t>(1, (2 * llc_bytes() + m.pool_bytes - 1) / m.pool_bytes);
+  m.copies = std::max<int64_t>(1, (twice_llc() + m.pool_bytes - 1) / m.pool_bytes);
   m.memory.assign(static_cast<size_t>(m.copies * m.pool_bytes), 1);
 
   uint64_t sink = 0;
