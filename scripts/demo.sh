@@ -16,7 +16,8 @@
 # how to stop it. Environment:
 #   DEMO_DIR        where everything goes (default: ./infergate-demo)
 #   DEMO_PORT       the router's port (default: 8080)
-#   BUILD_DIR       the build directory (default: ./build)
+#   BUILD_DIR       the build directory (default: build/ in the repository, shared with scripts/test.sh)
+#   INFERGATE_WERROR=ON  compiler warnings are errors (CI)
 #   DEMO_SKIP_DEPS=1   do not run scripts/install-deps.sh (CI, or a machine that already has them)
 #   DEMO_SKIP_BUILD=1  use the binaries already in $BUILD_DIR/bin
 #   DEMO_STOP=1     stop the operator at the end (tests)
@@ -42,7 +43,7 @@ if [ "${DEMO_SKIP_DEPS:-0}" != 1 ]; then
   run "$ROOT/scripts/install-deps.sh"
 fi
 if [ "${DEMO_SKIP_BUILD:-0}" != 1 ]; then
-  run cmake -S "$ROOT" -B "$BUILD_DIR" -DINFERGATE_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+  run "$ROOT/scripts/configure.sh" "$BUILD_DIR"
   run cmake --build "$BUILD_DIR" -j"$(nproc)" --target infergate-agent infergate-runtime infergate-operator
 fi
 BIN=$BUILD_DIR/bin
@@ -277,6 +278,9 @@ echo
 bold "The stable model is still serving. Try:"
 CURL="curl -s http://127.0.0.1:$DEMO_PORT/v1/completions -H 'Content-Type: application/json' -d '{\"model\":\"$MODEL\",\"prompt\":\"The quick brown fox\",\"max_tokens\":16}'"
 echo "  $CURL"
+echo "  (The model is synthetic: step 1 generated it with random weights and a small tokenizer, so the"
+echo "  text it returns is a random string of tokens. That is expected; what the demo shows is the"
+echo "  pipeline around the model, not the model.)"
 echo "  $(eval "$CURL" | head -c 400)"
 echo
 DONE=1

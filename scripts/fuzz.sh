@@ -18,7 +18,7 @@ if ! command -v clang++ >/dev/null 2>&1; then
 fi
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DINFERGATE_FUZZ=ON -DINFERGATE_FUZZ_SECONDS="$seconds" \
-  -DINFERGATE_CUDA=OFF -DINFERGATE_BUILD_BENCH=OFF >/dev/null
+  -DINFERGATE_CUDA=OFF -DINFERGATE_BUILD_BENCH=OFF -DINFERGATE_WERROR="${INFERGATE_WERROR:-OFF}" >/dev/null
 sanitized_tests=(common_tests agent_unit_tests agent_cli_tests runtime_model_test)
 cmake --build build-fuzz --target infergate_fuzz "${sanitized_tests[@]}" -j"$jobs"
 # The unit tests of those libraries, under ASan + UBSan (any report fails the run).
