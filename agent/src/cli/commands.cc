@@ -103,9 +103,11 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
   emit(c, success_report(*result), to_stdout);
   const auto& r = *result;
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
-  log::info("verified", {{"name", r.name},
-                         {"version", static_cast<long long>(r.version)},
+  log::info("verified", {{"format", r.format},
+                         {"name", r.name},
+                         {"version", r.version ? std::to_string(*r.version) : std::string("none")},
                          {"weightFormat", r.weight_format},
+                         {"signer", r.signer},
                          {"files", static_cast<unsigned long long>(r.files)},
                          {"bytes", static_cast<unsigned long long>(r.bytes)},
                          {"seconds", r.seconds},
@@ -115,6 +117,8 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
 }
 
 }  // namespace
+
+int run_sign_oms(const SignCommand& c, const PrivateKey& key);
 
 int run_manifest(const ManifestCommand& c) {
   auto root = ArtifactRoot::open(c.dir);
@@ -156,6 +160,7 @@ int run_keygen(const KeygenCommand& c) {
 int run_sign(const SignCommand& c) {
   auto key = PrivateKey::load(c.key);
   if (!key.ok()) return refuse("sign", key.error());
+  if (c.format == "oms") return run_sign_oms(c, *key);
   Progress progress("checking", c.progress);
   SignOptions options = c.sign;
   options.tree.bytes_hashed = progress.counter();
@@ -174,6 +179,28 @@ int run_sign(const SignCommand& c) {
              {"weightFormat", s.weight_format},
              {"files", static_cast<unsigned long long>(signed_release->summary.files)},
              {"keyid", key->key_id()}});
+  return 0;
+}
+
+int run_sign_oms(const SignCommand& c, const PrivateKey& key) {
+  Progress progress("hashing", c.progress);
+  OmsSignOptions options = c.oms;
+  options.tree.bytes_hashed = progress.counter();
+  options.tree.before_hashing = [&](uint64_t total) { progress.start(total); };
+  auto signed_release = sign_oms_release(options, key);
+  progress.stop();
+  if (!signed_release.ok()) {
+    Error e = signed_release.error();
+    if (e.reason().empty() && e.code() == ErrorCode::kIo) e.with_reason("IoError");
+    return refuse("sign", e);
+  }
+  const auto& s = signed_release->statement;
+  log::info("wrote model.sig",
+            {{"name", s.model_name},
+             {"serialization", s.serialization.method == OmsMethod::kFiles ? "files" : "shards"},
+             {"resources", static_cast<unsigned long long>(s.resources.size())},
+             {"files", static_cast<unsigned long long>(signed_release->summary.files)},
+             {"keyid", key.key_id()}});
   return 0;
 }
 

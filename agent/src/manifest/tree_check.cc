@@ -7,7 +7,7 @@ namespace infergate::agent {
 namespace {
 
 bool is_top_level_reserved(std::string_view path) {
-  return path == kManifestFileName || path == kReleaseFileName;
+  return path == kManifestFileName || path == kReleaseFileName || path == kBundleFileName;
 }
 
 bool named_manifest(std::string_view path) {
@@ -48,7 +48,7 @@ Result<Manifest> build_manifest(int root_fd, const TreeOptions& options) {
   uint64_t total = 0;
   for (auto& f : files) {
     total += f.size;
-    jobs.push_back({std::move(f), std::nullopt});
+    jobs.push_back({std::move(f), std::nullopt, {}});
   }
   if (options.before_hashing) options.before_hashing(total);
   INFERGATE_ASSIGN_OR_RETURN(std::vector<Sha256Digest> digests,
@@ -79,7 +79,7 @@ Result<TreeSummary> check_tree(int root_fd, const Manifest& manifest,
       ++k;
       continue;
     }
-    jobs.push_back({std::move(files[k]), entries[i].digest});
+    jobs.push_back({std::move(files[k]), entries[i].digest, {}});
     ++i;
     ++k;
   }

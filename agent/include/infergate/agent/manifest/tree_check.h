@@ -31,9 +31,10 @@ struct TreeSummary {
   std::map<std::string, uint64_t> sizes;  // canonical path -> size, for every listed file
 };
 
-// The files the manifest rule covers: every regular file of the tree except the top-level SHA256SUMS
-// and release.dsse.json. A file named SHA256SUMS deeper in the tree is refused (UnlistedFile):
-// `find ... ! -name SHA256SUMS` would leave it out, so no manifest could ever cover it.
+// The files the manifest rule covers: every regular file of the tree except the top-level SHA256SUMS,
+// release.dsse.json and model.sig (an OMS bundle, which may sit beside our release). A file named
+// SHA256SUMS deeper in the tree is refused (UnlistedFile): `find ... ! -name SHA256SUMS` would leave
+// it out, so no manifest could ever cover it.
 Result<std::vector<FileInfo>> manifest_files(int root_fd, const WalkLimits& limits = {});
 
 // Hashes every covered file and returns the manifest (sorted as sha256sum prints it). Refuses what
