@@ -55,10 +55,11 @@ Result<std::string> hash_member(const Json& obj, const char* key, const std::str
 }
 
 // A protobuf int64 in JSON: a decimal string (as the spec maps it) or a JSON integer; never negative.
+// Absent means 0, as in every proto3 JSON mapping (writers omit default values: a first log index).
 Result<int64_t> int64_member(const Json& obj, const char* key, const std::string& path) {
   const Json* v = member(obj, key);
   std::string where = json_path(path, key);
-  if (v == nullptr) return malformed(where + ": required field is missing");
+  if (v == nullptr) return int64_t{0};
   if (v->is_number_unsigned()) {
     uint64_t u = v->get<uint64_t>();
     if (u > static_cast<uint64_t>(INT64_MAX)) return malformed(where + ": out of range");

@@ -27,7 +27,9 @@ Result<std::string> verify_bundle_signature(const SigstoreBundle& bundle, const 
     INFERGATE_ASSIGN_OR_RETURN(const PublicKey* key, verify_envelope(env, trust.keys, kBundleFileName));
     return "key " + key->key_id();
   }
-  if (!bundle.tlog_entries.empty()) {
+  // Log entries make it keyless; so does a certificate with no entries when only a trusted root is
+  // configured (a keyless bundle stripped of its proof must be refused as such, not as untrusted).
+  if (!bundle.tlog_entries.empty() || (trust.cas.empty() && trust.root)) {
     if (!trust.root) {
       return refusal(
                  Reason::kUntrustedKey,

@@ -59,7 +59,8 @@ struct SigstoreBundle {
 // Parses a bundle. Refuses (SignatureMalformed, the message naming the field) anything but a JSON
 // object without duplicate keys, with a known media type (v0.1 to v0.3), exactly one of publicKey,
 // x509CertificateChain (1 to kMaxCertificates) and certificate as verification material, well-formed
-// tlog entries (at most kMaxTlogEntries; 32-byte hashes; non-negative integers; a checkpoint in v0.2+
+// tlog entries (at most kMaxTlogEntries; 32-byte hashes; non-negative integers, absent ones 0 as in
+// proto3; a checkpoint in v0.2+
 // proofs), and a dsseEnvelope as parse_envelope_json requires. A messageSignature bundle is refused:
 // model signing bundles carry DSSE. Unknown fields are ignored (the format's forward compatibility).
 // Bounded: texts over kMaxBundleBytes are refused before parsing. Never crashes (fuzzed).
