@@ -65,8 +65,16 @@ bool is_sha256_of(const Json* hash, std::string_view payload) {
          value->get<std::string>() == sha256_hex(payload);
 }
 
-// The body must be the entry of exactly this signature, certificate and payload.
-Status check_body(const TlogEntry& e, const DsseEnvelope& env, std::string_view signer_der) {
+std::string_view next_line(std::string_view* text) {
+  size_t nl = text->find('\n');
+  std::string_view line = text->substr(0, nl);
+  text->remove_prefix(nl == std::string_view::npos ? text->size() : nl + 1);
+  return line;
+}
+
+}  // namespace
+
+Status check_tlog_body(const TlogEntry& e, const DsseEnvelope& env, std::string_view signer_der) {
   auto body = parse_json_unique_keys(e.canonicalized_body, "the log entry body");
   if (!body.ok() || !body->is_object()) return log_invalid("body is not a JSON object");
   const Json* kind = at(*body, {"kind"});
@@ -111,15 +119,6 @@ Status check_body(const TlogEntry& e, const DsseEnvelope& env, std::string_view 
   if (logged_der != signer_der) return log_invalid("records another certificate");
   return ok_status();
 }
-
-std::string_view next_line(std::string_view* text) {
-  size_t nl = text->find('\n');
-  std::string_view line = text->substr(0, nl);
-  text->remove_prefix(nl == std::string_view::npos ? text->size() : nl + 1);
-  return line;
-}
-
-}  // namespace
 
 std::string rfc6962_leaf_hash(std::string_view body) {
   std::string buf(1, '\x00');
@@ -227,7 +226,7 @@ Result<WallTime> verify_tlog_entry(const TlogEntry& e, const DsseEnvelope& envel
     return log_invalid("was integrated at " + format_rfc3339(integrated) +
                        ", outside the log key's validity");
   }
-  INFERGATE_RETURN_IF_ERROR(check_body(e, envelope, signer_der));
+  INFERGATE_RETURN_IF_ERROR(check_tlog_body(e, envelope, signer_der));
   if (!e.inclusion_proof) {
     if (require_proof) return log_invalid("has no inclusion proof, which bundles from v0.2 on must carry");
     return integrated;

@@ -41,6 +41,11 @@ Result<std::string> root_from_inclusion_proof(std::string_view leaf_hash, int64_
 Status verify_checkpoint(std::string_view checkpoint, const TransparencyLog& log, int64_t tree_size,
                          std::string_view root_hash);
 
+// The entry's body (dsse 0.0.1 or intoto 0.0.2, kind and version as the entry says) records exactly
+// the envelope's one signature, the certificate `signer_der` and the SHA-256 of the payload.
+// TransparencyLogInvalid otherwise.
+Status check_tlog_body(const TlogEntry& entry, const DsseEnvelope& envelope, std::string_view signer_der);
+
 // The bytes a SET signs: canonical JSON of {body, integratedTime, logID, logIndex}.
 std::string set_payload(const TlogEntry& entry);
 
