@@ -10,14 +10,6 @@
 namespace infergate::agent {
 namespace {
 
-ParallelHashOptions hash_options(const TreeOptions& o) {
-  ParallelHashOptions p;
-  p.threads = o.threads;
-  p.bytes_hashed = o.bytes_hashed;
-  p.after_chunk = o.after_chunk;
-  return p;
-}
-
 // Each listed file with its resources, in path order (byte order, as the walk sorts).
 using Listed = std::map<std::string_view, std::vector<const OmsResource*>>;
 
@@ -69,31 +61,19 @@ Result<TreeSummary> check_oms_tree(int root_fd, const OmsStatement& statement, c
     return refusal(Reason::kEmptyRelease, "the OMS statement in model.sig lists no file: nothing to serve");
   }
   Listed listed = by_path(statement);
-  std::vector<HashJob> jobs;
-  std::optional<std::string> unlisted;
-  auto it = listed.begin();
-  size_t k = 0;
+  std::vector<std::string_view> paths;
+  std::vector<const std::vector<const OmsResource*>*> resources;
+  for (const auto& [path, rs] : listed) {
+    paths.push_back(path);
+    resources.push_back(&rs);
+  }
   std::vector<std::pair<const FileInfo*, const std::vector<const OmsResource*>*>> matched;
-  while (it != listed.end() || k < files.size()) {
-    if (k == files.size() || (it != listed.end() && it->first < files[k].path)) {
-      return refusal(Reason::kMissingFile, std::string(it->first) + " is listed in model.sig but absent")
-          .with_detail("file", std::string(it->first));
-    }
-    if (it == listed.end() || files[k].path < it->first) {
-      // Under shards an empty file has no resource at all: it is covered, and nothing is there to hash.
-      bool empty_shardless = ser.method == OmsMethod::kShards && files[k].size == 0;
-      if (!unlisted && !empty_shardless) unlisted = files[k].path;
-      ++k;
-      continue;
-    }
-    matched.push_back({&files[k], &it->second});
-    ++it;
-    ++k;
-  }
-  if (unlisted) {
-    return refusal(Reason::kUnlistedFile, *unlisted + " is present but not listed in model.sig")
-        .with_detail("file", *unlisted);
-  }
+  // Under shards an empty file has no resource at all: it is covered, and nothing is there to hash.
+  auto shardless = [&](const FileInfo& f) { return ser.method == OmsMethod::kShards && f.size == 0; };
+  INFERGATE_RETURN_IF_ERROR(match_listed(files, paths, "model.sig", shardless, [&](FileInfo& f, size_t i) {
+    matched.push_back({&f, resources[i]});
+  }));
+  std::vector<HashJob> jobs;
   TreeSummary summary;
   for (const auto& [f, rs] : matched) {
     INFERGATE_RETURN_IF_ERROR(add_jobs(*f, *rs, ser, &jobs));
@@ -102,7 +82,7 @@ Result<TreeSummary> check_oms_tree(int root_fd, const OmsStatement& statement, c
   }
   summary.files = matched.size();
   if (options.before_hashing) options.before_hashing(summary.bytes);
-  INFERGATE_RETURN_IF_ERROR(hash_files(root_fd, jobs, hash_options(options)));
+  INFERGATE_RETURN_IF_ERROR(hash_files(root_fd, jobs, parallel_hash_options(options)));
   return summary;
 }
 
@@ -130,7 +110,7 @@ Result<std::vector<OmsResource>> build_oms_resources(int root_fd, const OmsSeria
   summary->bytes = total;
   if (options.before_hashing) options.before_hashing(total);
   INFERGATE_ASSIGN_OR_RETURN(std::vector<Sha256Digest> digests,
-                             hash_files(root_fd, jobs, hash_options(options)));
+                             hash_files(root_fd, jobs, parallel_hash_options(options)));
   for (size_t i = 0; i < resources.size(); ++i) resources[i].digest = digests[i];
   sort_oms_resources(resources);
   return resources;

@@ -24,14 +24,6 @@ Error cert_invalid(std::string_view what, const std::string& why) {
   return refusal(Reason::kCertificateInvalid, std::string(what) + ": " + why);
 }
 
-std::string openssl_error_text() {
-  unsigned long e = ERR_get_error();
-  char buf[256] = "unknown OpenSSL error";
-  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
-  ERR_clear_error();
-  return buf;
-}
-
 WallTime asn1_time(const ASN1_TIME* t) {
   struct tm tm {};
   if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return WallTime{};

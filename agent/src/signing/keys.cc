@@ -24,15 +24,6 @@ constexpr size_t kMaxKeyFileBytes = 64u << 10;
 
 std::shared_ptr<EVP_PKEY> own(EVP_PKEY* p) { return std::shared_ptr<EVP_PKEY>(p, EVP_PKEY_free); }
 
-// OpenSSL's last error as text, and the queue emptied so that it cannot leak into later calls.
-std::string openssl_error() {
-  unsigned long e = ERR_get_error();
-  char buf[256] = "unknown OpenSSL error";
-  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
-  ERR_clear_error();
-  return buf;
-}
-
 Error key_invalid(std::string_view source, std::string_view why) {
   return refusal(Reason::kKeyInvalid, std::string(source) + ": " + std::string(why));
 }
@@ -60,7 +51,7 @@ Result<KeyType> type_of(EVP_PKEY* p, std::string_view source) {
 Result<std::string> der_of(EVP_PKEY* p) {
   unsigned char* der = nullptr;
   int len = i2d_PUBKEY(p, &der);
-  if (len <= 0) return internal_error("encoding a public key: " + openssl_error());
+  if (len <= 0) return internal_error("encoding a public key: " + openssl_error_text());
   std::string out(reinterpret_cast<char*>(der), static_cast<size_t>(len));
   OPENSSL_free(der);
   return out;
@@ -92,6 +83,14 @@ std::string pem_of(EVP_PKEY* p) {
 }
 
 }  // namespace
+
+std::string openssl_error_text() {
+  unsigned long e = ERR_get_error();
+  char buf[256] = "unknown OpenSSL error";
+  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
 
 std::string_view key_type_name(KeyType type) {
   switch (type) {
@@ -131,7 +130,7 @@ Result<PublicKey> PublicKey::from_pem(std::string_view pem, std::string_view sou
   EVP_PKEY* raw = PEM_read_bio_PUBKEY(bio, nullptr, no_passphrase, nullptr);
   BIO_free(bio);
   if (raw == nullptr) {
-    std::string why = openssl_error();
+    std::string why = openssl_error_text();
     return key_invalid(source, "not a PEM public key (" + why + ")");
   }
   return from_pkey(own(raw), source);
@@ -143,7 +142,7 @@ Result<PublicKey> PublicKey::from_der(std::string_view der, std::string_view sou
   EVP_PKEY* raw = d2i_PUBKEY(nullptr, &p, static_cast<long>(der.size()));
   if (raw == nullptr || p != reinterpret_cast<const unsigned char*>(der.data()) + der.size()) {
     if (raw != nullptr) EVP_PKEY_free(raw);
-    std::string why = openssl_error();
+    std::string why = openssl_error_text();
     return key_invalid(source, "not a DER public key (" + why + ")");
   }
   return from_pkey(own(raw), source);
@@ -172,7 +171,7 @@ Result<PrivateKey> PrivateKey::generate(KeyType type) {
     case KeyType::kEcdsaP384: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-384"); break;
     case KeyType::kEcdsaP521: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-521"); break;
   }
-  if (raw == nullptr) return internal_error("generating a key: " + openssl_error());
+  if (raw == nullptr) return internal_error("generating a key: " + openssl_error_text());
   PrivateKey k;
   k.pkey_ = own(raw);
   INFERGATE_ASSIGN_OR_RETURN(k.public_, PublicKey::from_pkey(k.pkey_, "generated"));
@@ -186,7 +185,7 @@ Result<PrivateKey> PrivateKey::from_pem(std::string_view pem, std::string_view s
   EVP_PKEY* raw = PEM_read_bio_PrivateKey(bio, nullptr, no_passphrase, nullptr);
   BIO_free(bio);
   if (raw == nullptr) {
-    std::string why = openssl_error();
+    std::string why = openssl_error_text();
     return key_invalid(source, "not an unencrypted PEM private key (" + why + ")");
   }
   PrivateKey k;
@@ -212,7 +211,7 @@ Result<std::string> PrivateKey::private_pem() const {
     out.assign(data, static_cast<size_t>(n));
   }
   BIO_free(bio);
-  if (!ok) return internal_error("encoding a private key: " + openssl_error());
+  if (!ok) return internal_error("encoding a private key: " + openssl_error_text());
   return out;
 }
 
@@ -232,7 +231,7 @@ Result<std::string> PrivateKey::sign(std::string_view message) const {
     sig.resize(len);
   }
   EVP_MD_CTX_free(ctx);
-  if (!ok) return internal_error("signing: " + openssl_error());
+  if (!ok) return internal_error("signing: " + openssl_error_text());
   return sig;
 }
 

@@ -72,6 +72,9 @@ class PrivateKey {
   PublicKey public_;
 };
 
+// OpenSSL's last error as text, the error queue emptied so that it cannot leak into later calls.
+std::string openssl_error_text();
+
 // Writes PREFIX.key (private, mode 0600) and PREFIX.pub.pem (public, 0644). Refuses to overwrite
 // either file (UsageError), so a key is never lost by accident.
 Status write_key_pair(const PrivateKey& key, const std::filesystem::path& prefix);
