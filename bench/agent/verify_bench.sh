@@ -2,8 +2,11 @@
 # Verification speed, measured against baselines taken in the same run (warm page cache):
 #   - infergate-agent verify vs `sha256sum --check` over a >= 2 GiB directory of several shards;
 #   - the same vs the machine's limit: cores x `openssl speed -evp sha256` at 16 KiB blocks (one core);
-#   - a single large file (one SHA-256, one core) vs one core's openssl figure.
-# Targets on 2-core machines: >= 8x sha256sum, >= 85% of the limit, single file >= 90% of one core.
+#   - a single large file (one SHA-256, one core) vs one core's openssl figure;
+#   - the same directory signed in the OpenSSF model signing format (OMS, model.sig): whole files and
+#     64 MiB shards, each run interleaved with our format's verify; medians, ranges and their ratio.
+# Targets on 2-core machines: >= 8x sha256sum, >= 85% of the limit, single file >= 90% of one core,
+# OMS (whole files) within 5% of our format.
 # The generated data is removed at the end. Usage:
 #   bench/agent/verify_bench.sh          (SHARDS=8 SHARD_MIB=256 SINGLE_MIB=1024 RUNS=3 BENCH_DIR=/tmp)
 #   INFERGATE_AGENT=path/to/infergate-agent bench/agent/verify_bench.sh
@@ -70,6 +73,13 @@ for d in model single; do
   "$agent" manifest "$d" >/dev/null 2>&1
   "$agent" sign "$d" --key key.key --name bench --version 1 >/dev/null 2>&1
 done
+# The same bytes (hard links share the page cache) signed as OMS bundles: whole files, and shards.
+"$agent" keygen --out omskey --type ecdsa-p256 >/dev/null 2>&1
+for d in oms-files oms-shards; do
+  mkdir "$d" && ln model/*.bin model/*.json "$d"/
+done
+"$agent" sign oms-files --key omskey.key --format oms >/dev/null 2>&1
+"$agent" sign oms-shards --key omskey.key --format oms --shard-size $((64 << 20)) >/dev/null 2>&1
 bytes=$(du -cb model/* | tail -1 | cut -f1)
 single_bytes=$(du -cb single/* | tail -1 | cut -f1)
 printf '  data: %d shards x %d MiB = %.2f GiB (+ config.json, tokenizer.json); single file %d MiB\n' \
@@ -107,3 +117,30 @@ awk -v r="$agent_rate" -v l="$limit" -v m="$all_cores" 'BEGIN {
   printf "  RATIO agent vs machine limit:             %5.0f%%  (target >= 85%%; vs openssl -multi: %.0f%%)\n", 100 * r / l, 100 * r / m }'
 awk -v r="$single_rate" -v c="$one_core" 'BEGIN {
   printf "  RATIO single file vs one core of openssl: %5.0f%%  (target >= 90%%)\n", 100 * r / c }'
+
+# ---- OMS vs ours, interleaved: each round runs the three in turn ----
+ours_t=() files_t=() shards_t=()
+timed() {
+  local t0 t1
+  t0=$(now)
+  "$@" >/dev/null 2>&1 || { echo "benchmark command failed: $*" >&2; exit 1; }
+  t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }'
+}
+for _ in $(seq "$((runs < 5 ? 5 : runs))"); do
+  ours_t+=("$(timed "$agent" verify model --public-key key.pub.pem)")
+  files_t+=("$(timed "$agent" verify oms-files --format oms --public-key omskey.pub.pem)")
+  shards_t+=("$(timed "$agent" verify oms-shards --format oms --public-key omskey.pub.pem)")
+done
+# "median min max" of the arguments.
+stats() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f %.3f", m, v[1], v[NR] }'; }
+read -r om olo ohi <<<"$(stats "${ours_t[@]}")"
+read -r fm flo fhi <<<"$(stats "${files_t[@]}")"
+read -r sm slo shi <<<"$(stats "${shards_t[@]}")"
+echo
+printf '  verify, ours (release.dsse.json):    median %6.3f s  [%.3f .. %.3f]  %s GB/s\n' "$om" "$olo" "$ohi" "$(gbps "$bytes" "$om")"
+printf '  verify --format oms, whole files:    median %6.3f s  [%.3f .. %.3f]  %s GB/s\n' "$fm" "$flo" "$fhi" "$(gbps "$bytes" "$fm")"
+printf '  verify --format oms, 64 MiB shards:  median %6.3f s  [%.3f .. %.3f]  %s GB/s\n' "$sm" "$slo" "$shi" "$(gbps "$bytes" "$sm")"
+awk -v o="$om" -v f="$fm" -v s="$sm" 'BEGIN {
+  printf "  RATIO OMS (files) vs ours, medians:       %5.2fx  (target <= 1.05x)\n", f / o
+  printf "  RATIO OMS (shards) vs ours, medians:      %5.2fx\n", s / o }'

@@ -185,7 +185,7 @@ Result<Manifest> Manifest::parse(std::string_view text) {
     }
     auto path = canonical_manifest_path(name);
     if (!path.ok()) return std::move(path).error().context("SHA256SUMS line " + std::to_string(line_no));
-    if (*path == kManifestFileName || *path == kReleaseFileName) {
+    if (*path == kManifestFileName || *path == kReleaseFileName || *path == kBundleFileName) {
       return malformed(line_no, "lists " + *path + ", which is never part of a manifest");
     }
     auto digest = Sha256Digest::from_hex(hex);

@@ -1,6 +1,10 @@
 // Test helpers (see agent_test_util.h).
 #include "agent_test_util.h"
 
+#include "infergate/agent/manifest/oms_check.h"
+#include "infergate/agent/signing/dsse.h"
+#include "infergate/agent/signing/sigstore_bundle.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -114,6 +118,40 @@ std::string AgentRun::reason() const {
   if (!report.is_object() || !report.contains("reason") || !report["reason"].is_string())
     return "(no report)";
   return report["reason"].get<std::string>();
+}
+
+fs::path oms_fixture(const std::string& name) {
+  return fs::path(INFERGATE_SOURCE_DIR) / "tests/agent/fixtures/oms" / name;
+}
+
+OmsRelease copy_oms_fixture(const std::string& bundle) {
+  OmsRelease r{*TempDir::create("oms-fixture"), {}};
+  r.dir = r.tmp.path() / "model";
+  fs::copy(oms_fixture("model"), r.dir, fs::copy_options::recursive);
+  fs::copy_file(oms_fixture(bundle) / "model.sig", r.dir / "model.sig");
+  return r;
+}
+
+void sign_oms_raw(const fs::path& dir, const PrivateKey& key, const OmsSerialization& serialization,
+                  const std::function<void(OmsStatement&)>& edit) {
+  auto root = ArtifactRoot::open(dir);
+  ASSERT_TRUE(root.ok()) << root.error().to_string();
+  OmsStatement s;
+  s.model_name = dir.filename().string();
+  s.serialization = serialization;
+  TreeSummary summary;
+  auto resources = build_oms_resources(root->fd(), serialization, {}, &summary);
+  ASSERT_TRUE(resources.ok()) << resources.error().to_string();
+  s.resources = *resources;
+  if (edit) edit(s);
+  s.root_digest = oms_root_digest(s.resources);
+  SigstoreBundle b;
+  b.media_type = std::string(kBundleMediaTypeV03);
+  b.public_key_hint = key.public_key().pem_hint();
+  b.envelope.payload_type = std::string(kInTotoPayloadType);
+  b.envelope.payload = serialize_oms_statement(s);
+  b.envelope.signatures.push_back({"", *key.sign(dsse_pae(b.envelope.payload_type, b.envelope.payload))});
+  ASSERT_TRUE(write_file_atomic(dir / "model.sig", serialize_bundle(b), 0644).ok());
 }
 
 AgentRun run_agent(std::vector<std::string> args, bool add_report, const std::vector<std::string>& wrapper) {

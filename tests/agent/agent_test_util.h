@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "infergate/agent/signing/keys.h"
+#include "infergate/agent/signing/oms_statement.h"
 #include "infergate/agent/signing/statement.h"
 #include "infergate/common/clock.h"
 #include "infergate/common/fs.h"
@@ -65,6 +66,24 @@ void sign_raw(Release& r, const std::string& manifest_text,
 
 // A fresh key pair written as prefix.key / prefix.pub.pem.
 PrivateKey make_key(const fs::path& prefix, KeyType type = KeyType::kEd25519);
+
+// The checked-in OMS fixtures (tests/agent/fixtures/oms, made by its make.sh with sigstore-js).
+fs::path oms_fixture(const std::string& name);
+inline constexpr const char* kFixtureIdentity = "publisher@example.com";
+inline constexpr const char* kFixtureIssuer = "https://accounts.example.com";
+
+// A copy of the fixture model in a temporary directory, with `bundle`'s model.sig (e.g. "keyless") in
+// it; tmp/model is the artifact directory.
+struct OmsRelease {
+  TempDir tmp;
+  fs::path dir;
+};
+OmsRelease copy_oms_fixture(const std::string& bundle);
+
+// Signs DIR's files as `serialization` says (hashed by the agent's own serializer) into DIR/model.sig,
+// a key bundle; `edit` may change the statement first (its subject digest is recomputed after).
+void sign_oms_raw(const fs::path& dir, const PrivateKey& key, const OmsSerialization& serialization,
+                  const std::function<void(OmsStatement&)>& edit = {});
 
 struct AgentRun {
   int exit_code = -1;

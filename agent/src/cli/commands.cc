@@ -103,9 +103,11 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
   emit(c, success_report(*result), to_stdout);
   const auto& r = *result;
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
-  log::info("verified", {{"name", r.name},
-                         {"version", static_cast<long long>(r.version)},
+  log::info("verified", {{"format", r.format},
+                         {"name", r.name},
+                         {"version", r.version ? std::to_string(*r.version) : std::string("none")},
                          {"weightFormat", r.weight_format},
+                         {"signer", r.signer},
                          {"files", static_cast<unsigned long long>(r.files)},
                          {"bytes", static_cast<unsigned long long>(r.bytes)},
                          {"seconds", r.seconds},
@@ -153,20 +155,45 @@ int run_keygen(const KeygenCommand& c) {
   return 0;
 }
 
+namespace {
+
+// Runs one of the signers with progress on a terminal.
+template <class Options, class Sign>
+auto with_progress(const SignCommand& c, Options options, std::string_view label, Sign sign) {
+  Progress progress(std::string(label), c.progress);
+  options.tree.bytes_hashed = progress.counter();
+  options.tree.before_hashing = [&](uint64_t total) { progress.start(total); };
+  auto out = sign(options);
+  progress.stop();
+  return out;
+}
+
+int refuse_sign(Error e) {
+  if (e.reason().empty() && e.code() == ErrorCode::kIo) e.with_reason("IoError");
+  return refuse("sign", e);
+}
+
+}  // namespace
+
 int run_sign(const SignCommand& c) {
   auto key = PrivateKey::load(c.key);
   if (!key.ok()) return refuse("sign", key.error());
-  Progress progress("checking", c.progress);
-  SignOptions options = c.sign;
-  options.tree.bytes_hashed = progress.counter();
-  options.tree.before_hashing = [&](uint64_t total) { progress.start(total); };
-  auto signed_release = sign_release(options, *key);
-  progress.stop();
-  if (!signed_release.ok()) {
-    Error e = signed_release.error();
-    if (e.reason().empty() && e.code() == ErrorCode::kIo) e.with_reason("IoError");
-    return refuse("sign", e);
+  if (c.format == "oms") {
+    auto signed_oms = with_progress(c, c.oms, "hashing",
+                                    [&](const OmsSignOptions& o) { return sign_oms_release(o, *key); });
+    if (!signed_oms.ok()) return refuse_sign(signed_oms.error());
+    const auto& s = signed_oms->statement;
+    log::info("wrote model.sig",
+              {{"name", s.model_name},
+               {"serialization", s.serialization.method == OmsMethod::kFiles ? "files" : "shards"},
+               {"resources", static_cast<unsigned long long>(s.resources.size())},
+               {"files", static_cast<unsigned long long>(signed_oms->summary.files)},
+               {"keyid", key->key_id()}});
+    return 0;
   }
+  auto signed_release =
+      with_progress(c, c.sign, "checking", [&](const SignOptions& o) { return sign_release(o, *key); });
+  if (!signed_release.ok()) return refuse_sign(signed_release.error());
   const auto& s = signed_release->statement;
   log::info("wrote release.dsse.json",
             {{"name", s.name},

@@ -59,7 +59,10 @@ void account(const HashOptions& o, const FileInfo& f, uint64_t chunk, uint64_t d
 // 0: hashed; 1: a page of the mapping could not be read (SIGBUS: truncated, or an I/O error); 2: cancelled;
 // 3: mmap failed (errno in *err; the caller falls back to reads). Only plain data lives across sigsetjmp (no
 // destructors to skip).
-int hash_mapped(int fd, const FileInfo& f, Sha256& h, const HashOptions& o, int* err) {
+// [begin, begin + size) of the file: mappings start on a page boundary at or before `begin`.
+int hash_mapped(int fd, const FileInfo& f, uint64_t begin, uint64_t size, Sha256& h, const HashOptions& o,
+                int* err) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   sigjmp_buf jump;
   void* volatile window = nullptr;
   volatile size_t window_len = 0;
@@ -69,48 +72,52 @@ int hash_mapped(int fd, const FileInfo& f, Sha256& h, const HashOptions& o, int*
     return 1;
   }
   uint64_t done = 0;
-  while (done < f.size) {
-    size_t len = static_cast<size_t>(std::min<uint64_t>(kHashWindowBytes, f.size - done));
-    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(done));
+  while (done < size) {
+    uint64_t pos = begin + done;
+    uint64_t lead = pos % page;  // bytes mapped before `pos` to keep the mapping page-aligned
+    size_t len = static_cast<size_t>(std::min<uint64_t>(kHashWindowBytes, size - done));
+    void* p =
+        ::mmap(nullptr, len + lead, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(pos - lead));
     if (p == MAP_FAILED) {
       *err = errno;
       return done == 0 ? 3 : -*err;
     }
     window = p;
-    window_len = len;
-    ::madvise(p, len, MADV_SEQUENTIAL);
-    if (done + len < f.size) {
+    window_len = len + lead;
+    ::madvise(p, len + lead, MADV_SEQUENTIAL);
+    if (done + len < size) {
       // Start reading the next window while this one is hashed (a no-op when it is cached).
-      ::posix_fadvise(fd, static_cast<off_t>(done + len),
-                      static_cast<off_t>(std::min<uint64_t>(kHashWindowBytes, f.size - done - len)),
+      ::posix_fadvise(fd, static_cast<off_t>(pos + len),
+                      static_cast<off_t>(std::min<uint64_t>(kHashWindowBytes, size - done - len)),
                       POSIX_FADV_WILLNEED);
     }
+    const char* data = static_cast<const char*>(p) + lead;
     for (size_t off = 0; off < len;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(kHashChunkBytes, len - off));
       t_guard = &jump;
-      h.update(static_cast<const char*>(p) + off, n);
+      h.update(data + off, n);
       t_guard = nullptr;
       off += n;
       done += n;
       account(o, f, n, done);
       if (is_cancelled(o)) {
-        ::munmap(p, len);
+        ::munmap(p, len + lead);
         return 2;
       }
     }
     window = nullptr;
-    ::munmap(p, len);
+    ::munmap(p, len + lead);
   }
   return 0;
 }
 
 // The fallback for files that cannot be mapped: large sequential reads into one buffer.
-Status hash_read(int fd, const FileInfo& f, Sha256& h, const HashOptions& o) {
+Status hash_read(int fd, const FileInfo& f, uint64_t begin, uint64_t size, Sha256& h, const HashOptions& o) {
   std::vector<char> buf(kHashChunkBytes);
   uint64_t done = 0;
-  while (done < f.size) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size - done));
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(done));
+  while (done < size) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - done));
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(begin + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return file_errno_error("read", f.path, errno);
@@ -126,9 +133,15 @@ Status hash_read(int fd, const FileInfo& f, Sha256& h, const HashOptions& o) {
 
 }  // namespace
 
-Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOptions& options) {
+Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOptions& options,
+                               const ByteRange& range) {
   install_sigbus_guard();
-  INFERGATE_ASSIGN_OR_RETURN(UniqueFd fd, open_beneath(root_fd, file.path));
+  if (range.offset > file.size || range.length.value_or(0) > file.size - range.offset) {
+    return changed(file, "the range to hash lies beyond its end");
+  }
+  const uint64_t begin = range.offset;
+  const uint64_t size = range.length.value_or(file.size - range.offset);
+  INFERGATE_ASSIGN_OR_RETURN(UniqueFd fd, open_walked(root_fd, file));
   struct stat before {};
   if (::fstat(fd.get(), &before) != 0) return file_errno_error("stat", file.path, errno);
   if (!S_ISREG(before.st_mode)) {
@@ -139,7 +152,7 @@ Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOpti
 
   Sha256 h;
   int err = 0;
-  int rc = file.size == 0 ? 0 : hash_mapped(fd.get(), file, h, options, &err);
+  int rc = size == 0 ? 0 : hash_mapped(fd.get(), file, begin, size, h, options, &err);
   if (rc == 1) {
     struct stat now {};
     if (::fstat(fd.get(), &now) != 0) return file_errno_error("stat", file.path, errno);
@@ -152,14 +165,14 @@ Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOpti
   if (rc == 3) {
     // Not mappable (some network and FUSE file systems): read it instead.
     h.reset();
-    INFERGATE_RETURN_IF_ERROR(hash_read(fd.get(), file, h, options));
+    INFERGATE_RETURN_IF_ERROR(hash_read(fd.get(), file, begin, size, h, options));
   }
   // Whatever was read must still be the whole file, unchanged: a file that grew, or was rewritten in
   // place while we read it, has a new size, mtime or ctime.
   struct stat after {};
   if (::fstat(fd.get(), &after) != 0) return file_errno_error("stat", file.path, errno);
   if (!same_file_state(before, after)) return changed(file, "its size or times changed while it was hashed");
-  if (h.size() != file.size) return changed(file, "fewer bytes were read than its size");
+  if (h.size() != size) return changed(file, "fewer bytes were read than its size");
   return h.finish();
 }
 

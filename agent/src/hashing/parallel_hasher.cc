@@ -40,8 +40,10 @@ Result<std::vector<Sha256Digest>> hash_files(int root_fd, const std::vector<Hash
   if (jobs.empty()) return digests;
   std::vector<size_t> order(jobs.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return jobs[a].file.size > jobs[b].file.size; });
+  auto bytes = [&](size_t i) {
+    return jobs[i].range.length.value_or(jobs[i].file.size - jobs[i].range.offset);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
 
   unsigned threads = options.threads == 0 ? available_cpus() : options.threads;
   threads = static_cast<unsigned>(std::min<size_t>(threads, jobs.size()));
@@ -66,14 +68,19 @@ Result<std::vector<Sha256Digest>> hash_files(int root_fd, const std::vector<Hash
       size_t i = next.fetch_add(1);
       if (i >= order.size()) return;
       const HashJob& job = jobs[order[i]];
-      auto d = hash_file(root_fd, job.file, hash_options);
+      auto d = hash_file(root_fd, job.file, hash_options, job.range);
       if (!d.ok()) {
         if (d.error().code() != ErrorCode::kCancelled) fail(std::move(d).error());
         return;
       }
       if (job.expected && *d != *job.expected) {
-        fail(refusal(Reason::kDigestMismatch, job.file.path + ": SHA-256 " + d->hex() +
-                                                  " differs from the manifest's " + job.expected->hex())
+        std::string what = job.file.path;
+        if (job.range.length) {
+          what += " (bytes " + std::to_string(job.range.offset) + " to " +
+                  std::to_string(job.range.offset + *job.range.length) + ")";
+        }
+        fail(refusal(Reason::kDigestMismatch,
+                     what + ": SHA-256 " + d->hex() + " differs from the signed " + job.expected->hex())
                  .with_detail("file", job.file.path)
                  .with_detail("expected", job.expected->hex())
                  .with_detail("actual", d->hex()));

@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,10 +48,55 @@ Error special_file(std::string_view path, mode_t mode) {
       .with_detail("file", std::string(path));
 }
 
+// openat2 with RESOLVE_BENEATH: the kernel resolves every link on the way and refuses (EXDEV) any
+// step out of root_fd, and "/proc/self/..."-style magic links (ELOOP). glibc 2.36 has no wrapper.
+int open_resolved_beneath(int root_fd, const std::string& path) {
+  struct open_how how {};
+  how.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  long fd;
+  do {
+    fd = ::syscall(SYS_openat2, root_fd, path.c_str(), &how, sizeof how);
+  } while (fd < 0 && errno == EINTR);
+  return static_cast<int>(fd);
+}
+
+Error link_refused(const std::string& path, int err) {
+  std::string why = err == EXDEV    ? "points outside the artifact directory"
+                    : err == ENOENT ? "points to nothing"
+                    : err == ENOSYS ? "cannot be resolved safely here (no openat2)"
+                                    : "cannot be resolved (" + errno_text(err) + ")";
+  return refusal(Reason::kSymlink, path + " is a symbolic link that " + why + " (never followed)")
+      .with_detail("file", path);
+}
+
 struct Walker {
   const WalkLimits& limits;
+  const WalkFilter& filter;
+  int root_fd;
   std::vector<FileInfo> files;
   size_t seen = 0;
+
+  // A link the filter lets us look through: walked as its target when that is a regular file
+  // beneath the root.
+  Status resolve_link(const std::string& path) {
+    int fd = open_resolved_beneath(root_fd, path);
+    if (fd < 0) return link_refused(path, errno);
+    UniqueFd guard(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return file_errno_error("stat", path, errno);
+    if (S_ISDIR(st.st_mode)) {
+      return refusal(Reason::kSymlink, path +
+                                           " is a symbolic link to a directory (never followed: the "
+                                           "model signing format does not cover what lies below it)")
+          .with_detail("file", path);
+    }
+    if (!S_ISREG(st.st_mode)) return special_file(path, st.st_mode);
+    FileInfo f = FileInfo::from_stat(path, st);
+    f.via_link = true;
+    files.push_back(std::move(f));
+    return ok_status();
+  }
 
   Status walk(int dirfd, const std::string& dir_path, size_t depth) {
     if (depth > limits.max_depth) {
@@ -92,9 +139,14 @@ struct Walker {
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
       std::string path = join(dir_path, name);
+      if (filter.skip && filter.skip(path)) continue;
       struct stat st {};
       if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return file_errno_error("stat", path, errno);
+      }
+      if (S_ISLNK(st.st_mode) && filter.resolve_links) {
+        INFERGATE_RETURN_IF_ERROR(resolve_link(path));
+        continue;
       }
       if (S_ISLNK(st.st_mode)) {
         return refusal(Reason::kSymlink, path + " is a symbolic link (never followed)")
@@ -177,8 +229,8 @@ bool same_file_state(const FileInfo& a, const struct stat& b) {
          same_ts(a.mtime, b.st_mtim) && same_ts(a.ctime, b.st_ctim);
 }
 
-Result<std::vector<FileInfo>> walk_tree(int root_fd, const WalkLimits& limits) {
-  Walker w{limits, {}, 0};
+Result<std::vector<FileInfo>> walk_tree(int root_fd, const WalkLimits& limits, const WalkFilter& filter) {
+  Walker w{limits, filter, root_fd, {}, 0};
   INFERGATE_RETURN_IF_ERROR(w.walk(root_fd, "", 0));
   std::sort(w.files.begin(), w.files.end(),
             [](const FileInfo& a, const FileInfo& b) { return a.path < b.path; });
@@ -214,6 +266,13 @@ Result<UniqueFd> open_beneath(int root_fd, std::string_view path, int flags) {
     dir.reset(fd);
     start = slash + 1;
   }
+}
+
+Result<UniqueFd> open_walked(int root_fd, const FileInfo& file) {
+  if (!file.via_link) return open_beneath(root_fd, file.path);
+  int fd = open_resolved_beneath(root_fd, file.path);
+  if (fd < 0) return link_refused(file.path, errno);
+  return UniqueFd(fd);
 }
 
 Result<std::string> read_small_file(int root_fd, std::string_view path, size_t max_bytes, Reason too_large) {

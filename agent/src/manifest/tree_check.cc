@@ -7,20 +7,12 @@ namespace infergate::agent {
 namespace {
 
 bool is_top_level_reserved(std::string_view path) {
-  return path == kManifestFileName || path == kReleaseFileName;
+  return path == kManifestFileName || path == kReleaseFileName || path == kBundleFileName;
 }
 
 bool named_manifest(std::string_view path) {
   size_t slash = path.rfind('/');
   return (slash == std::string_view::npos ? path : path.substr(slash + 1)) == kManifestFileName;
-}
-
-ParallelHashOptions hash_options(const TreeOptions& o) {
-  ParallelHashOptions p;
-  p.threads = o.threads;
-  p.bytes_hashed = o.bytes_hashed;
-  p.after_chunk = o.after_chunk;
-  return p;
 }
 
 }  // namespace
@@ -42,17 +34,53 @@ Result<std::vector<FileInfo>> manifest_files(int root_fd, const WalkLimits& limi
   return files;
 }
 
+ParallelHashOptions parallel_hash_options(const TreeOptions& o) {
+  ParallelHashOptions p;
+  p.threads = o.threads;
+  p.bytes_hashed = o.bytes_hashed;
+  p.after_chunk = o.after_chunk;
+  return p;
+}
+
+Status match_listed(std::vector<FileInfo>& files, const std::vector<std::string_view>& listed,
+                    std::string_view listed_in, const std::function<bool(const FileInfo&)>& may_be_unlisted,
+                    const std::function<void(FileInfo& file, size_t listed_index)>& on_match) {
+  std::optional<std::string> unlisted;
+  size_t i = 0, k = 0;
+  while (i < listed.size() || k < files.size()) {
+    if (k == files.size() || (i < listed.size() && listed[i] < files[k].path)) {
+      return refusal(Reason::kMissingFile,
+                     std::string(listed[i]) + " is listed in " + std::string(listed_in) + " but absent")
+          .with_detail("file", std::string(listed[i]));
+    }
+    if (i == listed.size() || files[k].path < listed[i]) {
+      if (!unlisted && !(may_be_unlisted && may_be_unlisted(files[k]))) unlisted = files[k].path;
+      ++k;
+      continue;
+    }
+    on_match(files[k], i);
+    ++i;
+    ++k;
+  }
+  if (unlisted) {
+    return refusal(Reason::kUnlistedFile,
+                   *unlisted + " is present but not listed in " + std::string(listed_in))
+        .with_detail("file", *unlisted);
+  }
+  return ok_status();
+}
+
 Result<Manifest> build_manifest(int root_fd, const TreeOptions& options) {
   INFERGATE_ASSIGN_OR_RETURN(std::vector<FileInfo> files, manifest_files(root_fd, options.limits));
   std::vector<HashJob> jobs;
   uint64_t total = 0;
   for (auto& f : files) {
     total += f.size;
-    jobs.push_back({std::move(f), std::nullopt});
+    jobs.push_back({std::move(f), std::nullopt, {}});
   }
   if (options.before_hashing) options.before_hashing(total);
   INFERGATE_ASSIGN_OR_RETURN(std::vector<Sha256Digest> digests,
-                             hash_files(root_fd, jobs, hash_options(options)));
+                             hash_files(root_fd, jobs, parallel_hash_options(options)));
   std::vector<ManifestEntry> entries;
   entries.reserve(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) entries.push_back({jobs[i].file.path, digests[i]});
@@ -63,30 +91,15 @@ Result<TreeSummary> check_tree(int root_fd, const Manifest& manifest,
                                const std::optional<std::map<std::string, uint64_t>>& signed_sizes,
                                const TreeOptions& options) {
   INFERGATE_ASSIGN_OR_RETURN(std::vector<FileInfo> files, manifest_files(root_fd, options.limits));
-  // Both lists are sorted by path: one merge finds the missing and the unlisted.
   const auto& entries = manifest.entries();
+  std::vector<std::string_view> listed;
+  listed.reserve(entries.size());
+  for (const auto& e : entries) listed.push_back(e.path);
   std::vector<HashJob> jobs;
   jobs.reserve(entries.size());
-  std::optional<std::string> unlisted;
-  size_t i = 0, k = 0;
-  while (i < entries.size() || k < files.size()) {
-    if (k == files.size() || (i < entries.size() && entries[i].path < files[k].path)) {
-      return refusal(Reason::kMissingFile, entries[i].path + " is listed in SHA256SUMS but absent")
-          .with_detail("file", entries[i].path);
-    }
-    if (i == entries.size() || files[k].path < entries[i].path) {
-      if (!unlisted) unlisted = files[k].path;
-      ++k;
-      continue;
-    }
-    jobs.push_back({std::move(files[k]), entries[i].digest});
-    ++i;
-    ++k;
-  }
-  if (unlisted) {
-    return refusal(Reason::kUnlistedFile, *unlisted + " is present but not listed in SHA256SUMS")
-        .with_detail("file", *unlisted);
-  }
+  INFERGATE_RETURN_IF_ERROR(match_listed(files, listed, "SHA256SUMS", {}, [&](FileInfo& f, size_t i) {
+    jobs.push_back({std::move(f), entries[i].digest, {}});
+  }));
   TreeSummary summary;
   for (const auto& job : jobs) {
     if (signed_sizes) {
@@ -108,7 +121,7 @@ Result<TreeSummary> check_tree(int root_fd, const Manifest& manifest,
   }
   summary.files = jobs.size();
   if (options.before_hashing) options.before_hashing(summary.bytes);
-  INFERGATE_RETURN_IF_ERROR(hash_files(root_fd, jobs, hash_options(options)));
+  INFERGATE_RETURN_IF_ERROR(hash_files(root_fd, jobs, parallel_hash_options(options)));
   return summary;
 }
 

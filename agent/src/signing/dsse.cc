@@ -9,8 +9,8 @@
 namespace infergate::agent {
 namespace {
 
-Error malformed(const std::string& why) {
-  return refusal(Reason::kSignatureMalformed, "release.dsse.json: " + why);
+Error malformed(std::string_view what, const std::string& why) {
+  return refusal(Reason::kSignatureMalformed, std::string(what) + ": " + why);
 }
 
 constexpr size_t kMaxJsonDepth = 64;
@@ -62,53 +62,60 @@ Result<Json> parse_json_unique_keys(std::string_view text, std::string_view what
 }
 
 Result<DsseEnvelope> parse_envelope(std::string_view text) {
+  constexpr std::string_view what = "release.dsse.json";
   if (text.size() > kMaxEnvelopeBytes) {
-    return malformed(std::to_string(text.size()) + " bytes is over the limit of " +
-                     std::to_string(kMaxEnvelopeBytes));
+    return malformed(what, std::to_string(text.size()) + " bytes is over the limit of " +
+                               std::to_string(kMaxEnvelopeBytes));
   }
-  auto parsed = parse_json_unique_keys(text, "release.dsse.json");
+  auto parsed = parse_json_unique_keys(text, what);
   if (!parsed.ok()) return refusal(Reason::kSignatureMalformed, parsed.error().message());
-  const Json& j = *parsed;
-  if (!j.is_object()) return malformed("not a JSON object");
+  return parse_envelope_json(*parsed, what);
+}
+
+Result<DsseEnvelope> parse_envelope_json(const Json& j, std::string_view what) {
+  if (!j.is_object()) return malformed(what, "not a JSON object");
   DsseEnvelope env;
   auto type = json_string(j, "payloadType");
-  if (!type.ok()) return malformed(type.error().message());
+  if (!type.ok()) return malformed(what, type.error().message());
   env.payload_type = *type;
   auto payload_b64 = json_string(j, "payload");
-  if (!payload_b64.ok()) return malformed(payload_b64.error().message());
+  if (!payload_b64.ok()) return malformed(what, payload_b64.error().message());
   auto payload = base64_decode(*payload_b64);
-  if (!payload.ok()) return malformed("payload: " + payload.error().message());
+  if (!payload.ok()) return malformed(what, "payload: " + payload.error().message());
   env.payload = std::move(payload).value();
   auto sigs = json_array(j, "signatures");
-  if (!sigs.ok()) return malformed(sigs.error().message());
-  if ((*sigs)->empty()) return malformed("signatures: empty");
+  if (!sigs.ok()) return malformed(what, sigs.error().message());
+  if ((*sigs)->empty()) return malformed(what, "signatures: empty");
   if ((*sigs)->size() > kMaxEnvelopeSignatures) {
-    return malformed("signatures: more than " + std::to_string(kMaxEnvelopeSignatures));
+    return malformed(what, "signatures: more than " + std::to_string(kMaxEnvelopeSignatures));
   }
   for (size_t i = 0; i < (*sigs)->size(); ++i) {
     const Json& s = (**sigs)[i];
     std::string path = "signatures[" + std::to_string(i) + "]";
-    if (!s.is_object()) return malformed(path + ": not an object");
+    if (!s.is_object()) return malformed(what, path + ": not an object");
     auto sig_b64 = json_string(s, "sig", path);
-    if (!sig_b64.ok()) return malformed(sig_b64.error().message());
+    if (!sig_b64.ok()) return malformed(what, sig_b64.error().message());
     auto sig = base64_decode(*sig_b64);
-    if (!sig.ok()) return malformed(path + ".sig: " + sig.error().message());
-    if (sig->empty()) return malformed(path + ".sig: empty");
+    if (!sig.ok()) return malformed(what, path + ".sig: " + sig.error().message());
+    if (sig->empty()) return malformed(what, path + ".sig: empty");
     auto keyid = json_string_or(s, "keyid", "", path);
-    if (!keyid.ok()) return malformed(keyid.error().message());
+    if (!keyid.ok()) return malformed(what, keyid.error().message());
     env.signatures.push_back({std::move(keyid).value(), std::move(sig).value()});
   }
   return env;
 }
 
-std::string serialize_envelope(const DsseEnvelope& envelope) {
+Json envelope_json(const DsseEnvelope& envelope) {
   Json sigs = Json::array();
   for (const auto& s : envelope.signatures)
     sigs.push_back({{"keyid", s.keyid}, {"sig", base64_encode(s.sig)}});
-  Json j = {{"payloadType", envelope.payload_type},
-            {"payload", base64_encode(envelope.payload)},
-            {"signatures", std::move(sigs)}};
-  return dump_json(j, 2) + "\n";
+  return {{"payloadType", envelope.payload_type},
+          {"payload", base64_encode(envelope.payload)},
+          {"signatures", std::move(sigs)}};
+}
+
+std::string serialize_envelope(const DsseEnvelope& envelope) {
+  return dump_json(envelope_json(envelope), 2) + "\n";
 }
 
 }  // namespace infergate::agent

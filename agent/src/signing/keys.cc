@@ -24,15 +24,6 @@ constexpr size_t kMaxKeyFileBytes = 64u << 10;
 
 std::shared_ptr<EVP_PKEY> own(EVP_PKEY* p) { return std::shared_ptr<EVP_PKEY>(p, EVP_PKEY_free); }
 
-// OpenSSL's last error as text, and the queue emptied so that it cannot leak into later calls.
-std::string openssl_error() {
-  unsigned long e = ERR_get_error();
-  char buf[256] = "unknown OpenSSL error";
-  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
-  ERR_clear_error();
-  return buf;
-}
-
 Error key_invalid(std::string_view source, std::string_view why) {
   return refusal(Reason::kKeyInvalid, std::string(source) + ": " + std::string(why));
 }
@@ -45,36 +36,91 @@ Result<KeyType> type_of(EVP_PKEY* p, std::string_view source) {
   if (EVP_PKEY_is_a(p, "EC")) {
     char group[64] = {0};
     size_t len = 0;
-    if (EVP_PKEY_get_group_name(p, group, sizeof group, &len) == 1 &&
-        (std::string_view(group) == "prime256v1" || std::string_view(group) == "P-256")) {
-      return KeyType::kEcdsaP256;
+    if (EVP_PKEY_get_group_name(p, group, sizeof group, &len) == 1) {
+      std::string_view g(group);
+      if (g == "prime256v1" || g == "P-256") return KeyType::kEcdsaP256;
+      if (g == "secp384r1" || g == "P-384") return KeyType::kEcdsaP384;
+      if (g == "secp521r1" || g == "P-521") return KeyType::kEcdsaP521;
     }
     ERR_clear_error();
-    return key_invalid(source, "an EC key on a curve other than P-256");
+    return key_invalid(source, "an EC key on a curve other than P-256, P-384 or P-521");
   }
-  return key_invalid(source, "not an Ed25519 or ECDSA P-256 key");
+  return key_invalid(source, "not an Ed25519 or ECDSA key");
 }
 
-Result<std::string> spki_der(EVP_PKEY* p) {
+Result<std::string> der_of(EVP_PKEY* p) {
   unsigned char* der = nullptr;
   int len = i2d_PUBKEY(p, &der);
-  if (len <= 0) return internal_error("encoding a public key: " + openssl_error());
+  if (len <= 0) return internal_error("encoding a public key: " + openssl_error_text());
   std::string out(reinterpret_cast<char*>(der), static_cast<size_t>(len));
   OPENSSL_free(der);
   return out;
 }
 
-const char* digest_name(KeyType t) { return t == KeyType::kEd25519 ? nullptr : "SHA256"; }
+// The digest ECDSA signs with on each curve (as Sigstore's key details pair them); Ed25519 has none.
+const char* digest_name(KeyType t) {
+  switch (t) {
+    case KeyType::kEd25519: return nullptr;
+    case KeyType::kEcdsaP256: return "SHA256";
+    case KeyType::kEcdsaP384: return "SHA384";
+    case KeyType::kEcdsaP521: return "SHA512";
+  }
+  return nullptr;
+}
+
+std::string pem_of(EVP_PKEY* p) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) return {};
+  std::string out;
+  if (PEM_write_bio_PUBKEY(bio, p) == 1) {
+    char* data = nullptr;
+    long n = BIO_get_mem_data(bio, &data);
+    out.assign(data, static_cast<size_t>(n));
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  return out;
+}
 
 }  // namespace
 
-std::string_view key_type_name(KeyType type) { return type == KeyType::kEd25519 ? "ed25519" : "ecdsa-p256"; }
+std::string openssl_error_text() {
+  unsigned long e = ERR_get_error();
+  char buf[256] = "unknown OpenSSL error";
+  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+std::string_view key_type_name(KeyType type) {
+  switch (type) {
+    case KeyType::kEd25519: return "ed25519";
+    case KeyType::kEcdsaP256: return "ecdsa-p256";
+    case KeyType::kEcdsaP384: return "ecdsa-p384";
+    case KeyType::kEcdsaP521: return "ecdsa-p521";
+  }
+  return "unknown";
+}
 
 Result<KeyType> parse_key_type(std::string_view name) {
-  if (name == "ed25519") return KeyType::kEd25519;
-  if (name == "ecdsa-p256") return KeyType::kEcdsaP256;
-  return refusal(Reason::kUsageError,
-                 "unknown key type \"" + std::string(name) + "\" (ed25519 or ecdsa-p256)");
+  for (KeyType t : {KeyType::kEd25519, KeyType::kEcdsaP256, KeyType::kEcdsaP384, KeyType::kEcdsaP521}) {
+    if (name == key_type_name(t)) return t;
+  }
+  return refusal(Reason::kUsageError, "unknown key type \"" + std::string(name) +
+                                          "\" (ed25519, ecdsa-p256, ecdsa-p384 or ecdsa-p521)");
+}
+
+Result<PublicKey> PublicKey::from_pkey(std::shared_ptr<EVP_PKEY> pkey, std::string_view source) {
+  PublicKey k;
+  k.pkey_ = std::move(pkey);
+  INFERGATE_ASSIGN_OR_RETURN(k.type_, type_of(k.pkey_.get(), source));
+  INFERGATE_ASSIGN_OR_RETURN(k.der_, der_of(k.pkey_.get()));
+  INFERGATE_ASSIGN_OR_RETURN(Sha256Digest id, sha256(k.der_));
+  k.key_id_ = id.hex();
+  INFERGATE_ASSIGN_OR_RETURN(Sha256Digest hint, sha256(pem_of(k.pkey_.get())));
+  k.pem_hint_ = hint.hex();
+  k.source_ = std::string(source);
+  return k;
 }
 
 Result<PublicKey> PublicKey::from_pem(std::string_view pem, std::string_view source) {
@@ -84,32 +130,25 @@ Result<PublicKey> PublicKey::from_pem(std::string_view pem, std::string_view sou
   EVP_PKEY* raw = PEM_read_bio_PUBKEY(bio, nullptr, no_passphrase, nullptr);
   BIO_free(bio);
   if (raw == nullptr) {
-    std::string why = openssl_error();
+    std::string why = openssl_error_text();
     return key_invalid(source, "not a PEM public key (" + why + ")");
   }
-  PublicKey k;
-  k.pkey_ = own(raw);
-  INFERGATE_ASSIGN_OR_RETURN(k.type_, type_of(raw, source));
-  INFERGATE_ASSIGN_OR_RETURN(std::string der, spki_der(raw));
-  INFERGATE_ASSIGN_OR_RETURN(Sha256Digest id, sha256(der));
-  k.key_id_ = id.hex();
-  k.source_ = std::string(source);
-  return k;
+  return from_pkey(own(raw), source);
 }
 
-std::string PublicKey::pem() const {
-  BIO* bio = BIO_new(BIO_s_mem());
-  if (bio == nullptr) return {};
-  std::string out;
-  if (PEM_write_bio_PUBKEY(bio, pkey_.get()) == 1) {
-    char* data = nullptr;
-    long n = BIO_get_mem_data(bio, &data);
-    out.assign(data, static_cast<size_t>(n));
+Result<PublicKey> PublicKey::from_der(std::string_view der, std::string_view source) {
+  if (der.size() > kMaxKeyFileBytes) return key_invalid(source, "too large for a key");
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  EVP_PKEY* raw = d2i_PUBKEY(nullptr, &p, static_cast<long>(der.size()));
+  if (raw == nullptr || p != reinterpret_cast<const unsigned char*>(der.data()) + der.size()) {
+    if (raw != nullptr) EVP_PKEY_free(raw);
+    std::string why = openssl_error_text();
+    return key_invalid(source, "not a DER public key (" + why + ")");
   }
-  BIO_free(bio);
-  ERR_clear_error();
-  return out;
+  return from_pkey(own(raw), source);
 }
+
+std::string PublicKey::pem() const { return pem_of(pkey_.get()); }
 
 bool PublicKey::verify(std::string_view message, std::string_view signature) const {
   if (!pkey_ || signature.empty()) return false;
@@ -125,17 +164,17 @@ bool PublicKey::verify(std::string_view message, std::string_view signature) con
 }
 
 Result<PrivateKey> PrivateKey::generate(KeyType type) {
-  EVP_PKEY* raw = type == KeyType::kEd25519 ? EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519")
-                                            : EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
-  if (raw == nullptr) return internal_error("generating a key: " + openssl_error());
+  EVP_PKEY* raw = nullptr;
+  switch (type) {
+    case KeyType::kEd25519: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"); break;
+    case KeyType::kEcdsaP256: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"); break;
+    case KeyType::kEcdsaP384: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-384"); break;
+    case KeyType::kEcdsaP521: raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-521"); break;
+  }
+  if (raw == nullptr) return internal_error("generating a key: " + openssl_error_text());
   PrivateKey k;
   k.pkey_ = own(raw);
-  INFERGATE_ASSIGN_OR_RETURN(std::string der, spki_der(raw));
-  INFERGATE_ASSIGN_OR_RETURN(Sha256Digest id, sha256(der));
-  k.public_.pkey_ = k.pkey_;
-  k.public_.type_ = type;
-  k.public_.key_id_ = id.hex();
-  k.public_.source_ = "generated";
+  INFERGATE_ASSIGN_OR_RETURN(k.public_, PublicKey::from_pkey(k.pkey_, "generated"));
   return k;
 }
 
@@ -146,18 +185,12 @@ Result<PrivateKey> PrivateKey::from_pem(std::string_view pem, std::string_view s
   EVP_PKEY* raw = PEM_read_bio_PrivateKey(bio, nullptr, no_passphrase, nullptr);
   BIO_free(bio);
   if (raw == nullptr) {
-    std::string why = openssl_error();
+    std::string why = openssl_error_text();
     return key_invalid(source, "not an unencrypted PEM private key (" + why + ")");
   }
   PrivateKey k;
   k.pkey_ = own(raw);
-  INFERGATE_ASSIGN_OR_RETURN(KeyType type, type_of(raw, source));
-  INFERGATE_ASSIGN_OR_RETURN(std::string der, spki_der(raw));
-  INFERGATE_ASSIGN_OR_RETURN(Sha256Digest id, sha256(der));
-  k.public_.pkey_ = k.pkey_;
-  k.public_.type_ = type;
-  k.public_.key_id_ = id.hex();
-  k.public_.source_ = std::string(source);
+  INFERGATE_ASSIGN_OR_RETURN(k.public_, PublicKey::from_pkey(k.pkey_, source));
   return k;
 }
 
@@ -178,7 +211,7 @@ Result<std::string> PrivateKey::private_pem() const {
     out.assign(data, static_cast<size_t>(n));
   }
   BIO_free(bio);
-  if (!ok) return internal_error("encoding a private key: " + openssl_error());
+  if (!ok) return internal_error("encoding a private key: " + openssl_error_text());
   return out;
 }
 
@@ -198,7 +231,7 @@ Result<std::string> PrivateKey::sign(std::string_view message) const {
     sig.resize(len);
   }
   EVP_MD_CTX_free(ctx);
-  if (!ok) return internal_error("signing: " + openssl_error());
+  if (!ok) return internal_error("signing: " + openssl_error_text());
   return sig;
 }
 

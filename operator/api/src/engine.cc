@@ -124,6 +124,12 @@ Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const
                       layout.listen_host,
                       "--port",
                       std::to_string(e.port)};
+  // Hash-while-load reads the verified SHA256SUMS, which only our release format signs: an OMS-only
+  // release has none (docs/security.md compares what each format guarantees).
+  if (!c.artifact.trust.allows("infergate")) {
+    auto it = std::find(e.container.args.begin(), e.container.args.end(), "--verified-manifest");
+    e.container.args.erase(it, it + 2);
+  }
   append(e.container.args, c.engine.args);
   e.liveness_path = "/healthz";
   e.readiness_path = "/readyz";
@@ -287,7 +293,17 @@ ContainerCommand agent_verify_command(const PodConfig& c, const Layout& layout, 
   cmd.command = {"infergate-agent"};
   std::string trust = layout.trust_dir;
   if (trust.empty() || trust.back() != '/') trust += '/';
-  cmd.args = {"verify", model_dir(c, layout), "--public-key", trust};
+  const TrustSpec& t = c.artifact.trust;
+  if (t.formats.empty()) {
+    cmd.args = {"verify", model_dir(c, layout), "--public-key", trust};
+  } else {
+    // The trust Secret may then hold CA certificates and a trusted_root.json beside the keys.
+    cmd.args = {"verify", model_dir(c, layout), "--trust-dir", trust};
+    for (const auto& f : t.formats) cmd.args.insert(cmd.args.end(), {"--format", f});
+    for (const auto& id : t.identities) {
+      cmd.args.insert(cmd.args.end(), {"--identity", id.subject, "--issuer", id.issuer});
+    }
+  }
   if (!c.artifact.trust.expect_name.empty()) {
     cmd.args.insert(cmd.args.end(), {"--expect-name", c.artifact.trust.expect_name});
   }

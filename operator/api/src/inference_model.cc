@@ -241,6 +241,43 @@ void read_resources(Reader& r, const Json& spec, Resources* out) {
   }
 }
 
+// spec.artifact.trust.formats and .identities, and the rules that tie them to the other trust fields.
+void read_trust_formats(Reader& r, const Json& trust, const std::string& tp, TrustSpec* out) {
+  if (r.string_list(trust, "formats", tp, &out->formats, 2)) {
+    for (size_t i = 0; i < out->formats.size(); ++i) {
+      const std::string& f = out->formats[i];
+      if (f != "infergate" && f != "oms")
+        r.fail(tp + ".formats[" + std::to_string(i) + "]", "must be infergate or oms");
+      if (std::count(out->formats.begin(), out->formats.end(), f) > 1)
+        r.fail(tp + ".formats", "lists " + f + " twice");
+    }
+  }
+  if (const Json* ids = r.field(trust, "identities")) {
+    if (!ids->is_array() || ids->size() > 16) {
+      r.fail(tp + ".identities", "expected a list of at most 16 identities");
+    } else {
+      for (size_t i = 0; i < ids->size(); ++i) {
+        std::string ip = tp + ".identities[" + std::to_string(i) + "]";
+        if (!(*ids)[i].is_object()) {
+          r.fail(ip, "expected an object");
+          continue;
+        }
+        TrustIdentity id;
+        bool ok = r.string((*ids)[i], "subject", ip, &id.subject, true, 1024);
+        ok = r.string((*ids)[i], "issuer", ip, &id.issuer, true, 1024) && ok;
+        if (ok) out->identities.push_back(std::move(id));
+      }
+    }
+  }
+  if (!out->identities.empty() && !out->allows("oms")) {
+    r.fail(tp + ".identities", "identities name keyless OMS signers: add oms to formats");
+  }
+  if (out->min_version && !out->allows("infergate")) {
+    r.fail(tp + ".minVersion",
+           "only the infergate release statement carries a version: add infergate to formats");
+  }
+}
+
 void read_artifact(Reader& r, const Json& spec, ArtifactSpec* out) {
   const Json* art = r.object(spec, "artifact", "spec", true);
   if (!art) return;
@@ -281,6 +318,7 @@ void read_artifact(Reader& r, const Json& spec, ArtifactSpec* out) {
     if (r.integer(*trust, "minVersion", tp, &v, false, 0, std::numeric_limits<int64_t>::max())) {
       out->trust.min_version = v;
     }
+    read_trust_formats(r, *trust, tp, &out->trust);
   }
 }
 

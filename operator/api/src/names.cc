@@ -37,6 +37,14 @@ Json canonical_json(const PodConfig& c) {
   Json trust = {{"publicKeySecretRef", c.artifact.trust.public_key_secret},
                 {"expectName", c.artifact.trust.expect_name}};
   if (c.artifact.trust.min_version) trust["minVersion"] = *c.artifact.trust.min_version;
+  // Written only when set, so that objects made before these fields existed keep their hash.
+  if (!c.artifact.trust.formats.empty()) trust["formats"] = c.artifact.trust.formats;
+  if (!c.artifact.trust.identities.empty()) {
+    Json ids = Json::array();
+    for (const auto& id : c.artifact.trust.identities)
+      ids.push_back({{"subject", id.subject}, {"issuer", id.issuer}});
+    trust["identities"] = std::move(ids);
+  }
   return Json{
       {"artifact", {{"volume", volume}, {"path", c.artifact.path}, {"trust", trust}}},
       {"engine",
@@ -103,6 +111,17 @@ Result<PodConfig> pod_config_from_json(const Json& j) {
   if (t.contains("minVersion")) {
     INFERGATE_ASSIGN_OR_RETURN(int64_t v, json_int(t, "minVersion", p + ".artifact.trust"));
     c.artifact.trust.min_version = v;
+  }
+  for (const auto& f : t.value("formats", Json::array())) {
+    if (!f.is_string()) return invalid_argument(p + ".artifact.trust.formats: expected strings");
+    c.artifact.trust.formats.push_back(f.get<std::string>());
+  }
+  for (const auto& id : t.value("identities", Json::array())) {
+    INFERGATE_ASSIGN_OR_RETURN(std::string subject,
+                               json_string(id, "subject", p + ".artifact.trust.identities"));
+    INFERGATE_ASSIGN_OR_RETURN(std::string issuer,
+                               json_string(id, "issuer", p + ".artifact.trust.identities"));
+    c.artifact.trust.identities.push_back({std::move(subject), std::move(issuer)});
   }
   const Json& e = j.contains("engine") ? j["engine"] : Json::object();
   INFERGATE_ASSIGN_OR_RETURN(std::string kind, json_string_or(e, "kind", "bundled", p + ".engine"));

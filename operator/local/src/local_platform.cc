@@ -84,6 +84,7 @@ Json workload_json(const ModelRef& m, const platform::WorkloadSpec& s, const std
   const auto& a = s.artifact;
   Json trust = {{"publicKeySecret", a.trust.public_key_secret}, {"expectName", a.trust.expect_name}};
   if (a.trust.min_version) trust["minVersion"] = *a.trust.min_version;
+  if (!a.trust.formats.empty()) trust["formats"] = a.trust.formats;
   return {{"model", model_json(m)},
           {"name", s.name},
           {"track", std::string(api::to_string(s.track))},
@@ -138,6 +139,9 @@ platform::WorkloadSpec workload_from(const Json& j) {
   s.artifact.trust.expect_name = trust.value("expectName", "");
   if (trust.contains("minVersion") && trust["minVersion"].is_number_integer())
     s.artifact.trust.min_version = trust["minVersion"].get<int64_t>();
+  for (const auto& f : trust.value("formats", Json::array())) {
+    if (f.is_string()) s.artifact.trust.formats.push_back(f.get<std::string>());
+  }
   s.summary = j.value("summary", "");
   return s;
 }

@@ -55,6 +55,22 @@ TEST(HashFile, EqualsTheDigestOfTheContentAcrossWindows) {
   }
 }
 
+TEST(HashFile, HashesAnyByteRangeEvenOneThatStartsOffAPageAndCrossesWindows) {
+  OneFile f(kHashWindowBytes + 3 * 4096 + 77);
+  struct Range {
+    uint64_t offset, length;
+  };
+  for (Range r : {Range{0, 10}, Range{1, 4096}, Range{4095, 2}, Range{12345, kHashWindowBytes},
+                  Range{f.content.size() - 5, 5}, Range{f.content.size(), 0}}) {
+    auto d = hash_file(f.root.fd(), f.info, {}, ByteRange{r.offset, r.length});
+    ASSERT_TRUE(d.ok()) << r.offset << ": " << d.error().to_string();
+    EXPECT_EQ(*d, *sha256(std::string_view(f.content).substr(r.offset, r.length)))
+        << r.offset << "+" << r.length;
+  }
+  EXPECT_EQ(hash_file(f.root.fd(), f.info, {}, ByteRange{f.content.size() - 5, 6}).error().reason(),
+            "FileChanged");
+}
+
 TEST(HashFile, RefusesAFileThatGrowsWhileHashed) {
   OneFile f(4 * kHashChunkBytes);
   HashOptions o;

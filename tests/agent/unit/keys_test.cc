@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "agent_test_util.h"
+#include "infergate/common/sha256.h"
 #include "infergate/common/subprocess.h"
 
 namespace infergate::agent {
@@ -93,13 +94,48 @@ TEST(PrivateKey, RefusesRsaAndOtherCurves) {
       openssl_genpkey(dir.path() / "rsa.key", {"-algorithm", "rsa", "-pkeyopt", "rsa_keygen_bits:1024"})
           .ok());
   ASSERT_TRUE(
-      openssl_genpkey(dir.path() / "p384.key", {"-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"})
+      openssl_genpkey(dir.path() / "k1.key", {"-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:secp256k1"})
           .ok());
   EXPECT_EQ(PrivateKey::load(dir.path() / "rsa.key").error().reason(), "KeyInvalid");
-  EXPECT_EQ(PrivateKey::load(dir.path() / "p384.key").error().reason(), "KeyInvalid");
-  auto pub = run_command({"openssl", "pkey", "-in", (dir.path() / "p384.key").string(), "-pubout"});
+  EXPECT_EQ(PrivateKey::load(dir.path() / "k1.key").error().reason(), "KeyInvalid");
+  auto pub = run_command({"openssl", "pkey", "-in", (dir.path() / "k1.key").string(), "-pubout"});
   ASSERT_TRUE(pub.ok() && pub->status.success());
-  EXPECT_EQ(PublicKey::from_pem(pub->out, "p384.pub").error().reason(), "KeyInvalid");
+  EXPECT_EQ(PublicKey::from_pem(pub->out, "k1.pub").error().reason(), "KeyInvalid");
+}
+
+TEST(PublicKey, ReadsTheCurvesOfTheModelSigningFormatAndSignsWithTheirDigest) {
+  auto dir = *TempDir::create("keys-test");
+  for (auto [curve, type] :
+       {std::pair{"P-384", KeyType::kEcdsaP384}, std::pair{"P-521", KeyType::kEcdsaP521}}) {
+    fs::path key = dir.path() / (std::string(curve) + ".key");
+    ASSERT_TRUE(
+        openssl_genpkey(key, {"-algorithm", "ec", "-pkeyopt", std::string("ec_paramgen_curve:") + curve})
+            .ok());
+    auto k = PrivateKey::load(key);
+    ASSERT_TRUE(k.ok()) << k.error().to_string();
+    EXPECT_EQ(k->type(), type);
+    auto sig = k->sign("message");
+    ASSERT_TRUE(sig.ok());
+    EXPECT_TRUE(k->public_key().verify("message", *sig));
+    // openssl's own verifier agrees on the digest (SHA-384 for P-384, SHA-512 for P-521).
+    write_file(dir.path(), "msg", "message");
+    write_file(dir.path(), "sig", *sig);
+    write_file(dir.path(), "pub.pem", k->public_key().pem());
+    std::string dgst = type == KeyType::kEcdsaP384 ? "-sha384" : "-sha512";
+    auto v = run_command({"openssl", "dgst", dgst, "-verify", (dir.path() / "pub.pem").string(), "-signature",
+                          (dir.path() / "sig").string(), (dir.path() / "msg").string()});
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v->status.success()) << v->out;
+  }
+}
+
+TEST(PublicKey, HintIsTheSha256OfItsPemText) {
+  auto k = *PrivateKey::generate(KeyType::kEcdsaP256);
+  EXPECT_EQ(k.public_key().pem_hint(), sha256(k.public_key().pem())->hex());
+  auto from_der = PublicKey::from_der(k.public_key().spki_der(), "der");
+  ASSERT_TRUE(from_der.ok());
+  EXPECT_EQ(from_der->key_id(), k.key_id());
+  EXPECT_EQ(PublicKey::from_der(k.public_key().spki_der() + "x", "der").error().reason(), "KeyInvalid");
 }
 
 TEST(PublicKey, RefusesGarbageAPrivateKeyAndEmptyText) {

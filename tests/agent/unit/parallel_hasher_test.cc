@@ -23,7 +23,7 @@ struct Files {
       write_file(tmp.path(), name, contents.back());
       struct stat st {};
       ::stat((tmp.path() / name).c_str(), &st);
-      jobs.push_back({FileInfo::from_stat(name, st), std::nullopt});
+      jobs.push_back({FileInfo::from_stat(name, st), std::nullopt, {}});
     }
   }
 };

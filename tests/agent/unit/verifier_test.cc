@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 VerifyOptions options(const Release& r) {
   VerifyOptions o;
   o.dir = r.dir;
-  o.public_keys = {r.pub};
+  o.trust.public_keys = {r.pub};
   return o;
 }
 
@@ -63,7 +63,7 @@ TEST(VerifyRelease, ChecksTheSignatureBeforeTheFiles) {
   write_file(r.dir, "tokenizer.json", tokenizer);
   auto other = testing::make_key(r.tmp.path() / "other");
   VerifyOptions o = options(r);
-  o.public_keys = {r.tmp.path() / "other.pub.pem"};
+  o.trust.public_keys = {r.tmp.path() / "other.pub.pem"};
   EXPECT_EQ(verify_release(o).error().reason(), "UntrustedKey");
   EXPECT_EQ(verify_release(options(r)).error().reason(), "DigestMismatch");
 }

@@ -53,6 +53,39 @@ TEST(AgentVerify, OmitsOptionalTrustFlags) {
   EXPECT_FALSE(has(cmd.args, "--min-version"));
 }
 
+TEST(AgentVerify, PassesTheTrustedFormatsTheTrustDirectoryAndTheKeylessIdentities) {
+  auto cmd = agent_verify_command(
+      config([](Json& j) {
+        auto& t = j["spec"]["artifact"]["trust"];
+        t["formats"] = {"infergate", "oms"};
+        t["identities"] = Json::array({{{"subject", "a@example.com"}, {"issuer", "https://i"}},
+                                       {{"subject", "b@example.com"}, {"issuer", "https://j"}}});
+      }),
+      Layout{}, Images{});
+  EXPECT_FALSE(has(cmd.args, "--public-key"));
+  EXPECT_EQ(arg(cmd.args, "--trust-dir"), "/etc/infergate/trust/");
+  EXPECT_EQ(std::count(cmd.args.begin(), cmd.args.end(), "--format"), 2);
+  auto id = std::find(cmd.args.begin(), cmd.args.end(), "b@example.com");
+  ASSERT_NE(id, cmd.args.end());
+  EXPECT_EQ(*(id - 1), "--identity");
+  EXPECT_EQ(*(id + 1), "--issuer");
+  EXPECT_EQ(*(id + 2), "https://j");
+  EXPECT_EQ(arg(cmd.args, "--min-version"), "3");
+}
+
+TEST(BundledEngine, HashesWhileLoadingOnlyWhenOurSignedManifestIsAllowed) {
+  auto oms_only = config([](Json& j) {
+    j["spec"]["artifact"]["trust"].erase("minVersion");
+    j["spec"]["artifact"]["trust"]["formats"] = {"oms"};
+  });
+  auto e = engine_command(oms_only, "m", Layout{}, Images{});
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  EXPECT_FALSE(has(e->container.args, "--verified-manifest"));
+  EXPECT_EQ(arg(e->container.args, "--served-model-name"), "m");
+  auto both = config([](Json& j) { j["spec"]["artifact"]["trust"]["formats"] = {"oms", "infergate"}; });
+  EXPECT_TRUE(has(engine_command(both, "m", Layout{}, Images{})->container.args, "--verified-manifest"));
+}
+
 TEST(BundledEngine, MirrorsTheSpecAndPicksTheCudaImageForGpus) {
   auto e = engine_command(config(), "glm-4-9b", Layout{}, Images{});
   ASSERT_TRUE(e.ok()) << e.error().to_string();

@@ -97,6 +97,47 @@ TEST(InferenceModel, RequiresTheTrustKeySecret) {
   EXPECT_NE(m.error().message().find("spec.artifact.trust.publicKeySecretRef: required"), std::string::npos);
 }
 
+TEST(InferenceModel, ReadsTheTrustedReleaseFormatsAndKeylessIdentities) {
+  Json j = valid_model();
+  j["spec"]["artifact"]["trust"].erase("minVersion");
+  j["spec"]["artifact"]["trust"]["formats"] = {"oms"};
+  j["spec"]["artifact"]["trust"]["identities"] = Json::array(
+      {{{"subject", "ci@example.com"}, {"issuer", "https://token.actions.githubusercontent.com"}}});
+  auto m = parse_inference_model(j);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->spec.artifact.trust.formats, std::vector<std::string>{"oms"});
+  EXPECT_TRUE(m->spec.artifact.trust.allows("oms"));
+  EXPECT_FALSE(m->spec.artifact.trust.allows("infergate"));
+  ASSERT_EQ(m->spec.artifact.trust.identities.size(), 1u);
+  EXPECT_EQ(m->spec.artifact.trust.identities[0].subject, "ci@example.com");
+  EXPECT_TRUE(parse_inference_model(valid_model())->spec.artifact.trust.allows("infergate"));
+}
+
+TEST(InferenceModel, RefusesTrustFormatsThatCannotCarryWhatTheSpecAsks) {
+  auto refused = [](std::function<void(Json&)> edit, const std::string& field) {
+    Json j = valid_model();
+    edit(j);
+    auto m = parse_inference_model(j);
+    ASSERT_FALSE(m.ok()) << field;
+    EXPECT_NE(m.error().message().find(field), std::string::npos) << m.error().message();
+  };
+  refused([](Json& j) { j["spec"]["artifact"]["trust"]["formats"] = {"sigstore"}; }, "trust.formats[0]");
+  refused([](Json& j) { j["spec"]["artifact"]["trust"]["formats"] = {"oms", "oms"}; }, "trust.formats");
+  // Only our statement carries a version; identities only mean something for OMS.
+  refused([](Json& j) { j["spec"]["artifact"]["trust"]["formats"] = {"oms"}; }, "trust.minVersion");
+  refused(
+      [](Json& j) {
+        j["spec"]["artifact"]["trust"]["identities"] = Json::array({{{"subject", "a"}, {"issuer", "b"}}});
+      },
+      "trust.identities");
+  refused(
+      [](Json& j) {
+        j["spec"]["artifact"]["trust"]["formats"] = {"infergate", "oms"};
+        j["spec"]["artifact"]["trust"]["identities"] = Json::array({{{"subject", ""}, {"issuer", "b"}}});
+      },
+      "identities[0].subject");
+}
+
 TEST(InferenceModel, RequiresAnImageForThirdPartyEngines) {
   Json j = valid_model();
   j["spec"]["engine"] = {{"kind", "vllm"}};

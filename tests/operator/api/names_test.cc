@@ -41,6 +41,22 @@ TEST(Revision, ChangesWithEveryServingKnob) {
   EXPECT_NE(revision(pod_config(s)), base);
 }
 
+TEST(Revision, ChangesWithTheTrustedFormatsButNotForObjectsThatSetNone) {
+  auto base = revision(pod_config(spec()));
+  auto s = spec();
+  s.artifact.trust.formats = {};  // what an object written before the field existed has
+  EXPECT_EQ(revision(pod_config(s)), base);
+  EXPECT_FALSE(canonical_json(pod_config(s))["artifact"]["trust"].contains("formats"));
+  s.artifact.trust.formats = {"oms"};
+  s.artifact.trust.identities = {{"ci@example.com", "https://token.actions.githubusercontent.com"}};
+  EXPECT_NE(revision(pod_config(s)), base);
+  auto back = pod_config_from_json(canonical_json(pod_config(s)));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->artifact.trust.formats, std::vector<std::string>{"oms"});
+  ASSERT_EQ(back->artifact.trust.identities.size(), 1u);
+  EXPECT_EQ(back->artifact.trust.identities[0].issuer, "https://token.actions.githubusercontent.com");
+}
+
 TEST(Revision, ReleaseConfigCarriesSummaryAndRevision) {
   auto r = release_config(pod_config(spec()));
   EXPECT_EQ(r.summary, "int8/int8 ctx=32768 x16");

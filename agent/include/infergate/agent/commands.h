@@ -27,7 +27,9 @@ struct KeygenCommand {
 };
 
 struct SignCommand {
+  std::string format = "infergate";  // or "oms"
   SignOptions sign;
+  OmsSignOptions oms;
   std::filesystem::path key;
   bool progress = false;
 };

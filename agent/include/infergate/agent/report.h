@@ -15,12 +15,15 @@ inline constexpr size_t kMaxReportBytes = 4096;  // including the final newline
 
 // What a successful verification established; the operator reads releaseDigest from the report.
 struct VerifiedRelease {
-  std::string release_digest;  // "sha256:<hex of release.dsse.json's bytes>"
+  std::string format = "infergate";  // or "oms"
+  std::string release_digest;        // "sha256:<hex of release.dsse.json's or model.sig's bytes>"
   std::string name;
-  int64_t version = 0;
-  std::string weight_format;
-  std::string created_at;
+  std::optional<int64_t> version;         // OMS bundles carry none
+  std::string weight_format;              // OMS: detected from the verified files, "" when nothing says
+  std::optional<std::string> created_at;  // OMS: the transparency log's time (keyless) or none
   std::optional<std::string> expires_at;
+  // Who signed: "key <keyid>", "keyless <identity> (<issuer>)", "certificate <subject>".
+  std::string signer;
   uint64_t files = 0;
   uint64_t bytes = 0;
   double seconds = 0;
@@ -31,8 +34,9 @@ struct VerifiedRelease {
 // in "...") so that the line, newline included, never exceeds kMaxReportBytes.
 std::string refusal_report(const Error& error);
 
-// {"reason":"Verified","releaseDigest":"sha256:...","name":...,"version":N,"weightFormat":...,
-//  "createdAt":...,["expiresAt":...,]"files":N,"bytes":N,"seconds":S,"exitCode":0}
+// {"reason":"Verified","format":"infergate","releaseDigest":"sha256:...","name":...,["version":N,]
+//  "weightFormat":...,["createdAt":...,]["expiresAt":...,]"signer":...,"files":N,"bytes":N,"seconds":S,
+//  "exitCode":0}
 std::string success_report(const VerifiedRelease& release);
 
 // Writes a report line to a file. The report file is replaced atomically; the termination-message

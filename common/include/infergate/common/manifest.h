@@ -18,6 +18,8 @@ namespace infergate {
 // listed in a manifest (the first cannot hash itself, the second is written after the manifest).
 inline constexpr std::string_view kManifestFileName = "SHA256SUMS";
 inline constexpr std::string_view kReleaseFileName = "release.dsse.json";
+// The OpenSSF model signing format's bundle (a Sigstore bundle), never part of a manifest either.
+inline constexpr std::string_view kBundleFileName = "model.sig";
 
 // Caps that keep a hostile manifest from costing unbounded memory.
 inline constexpr size_t kMaxManifestBytes = 16u << 20;
@@ -42,7 +44,7 @@ struct ManifestEntry {
 // Refused, each with its reason word:
 //   ManifestMalformed  any other line shape (empty lines, comments, a 63- or 65-digit digest, a
 //                      non-hex character, a NUL byte, one space instead of two), a name that is the
-//                      top-level SHA256SUMS or release.dsse.json
+//                      top-level SHA256SUMS, release.dsse.json or model.sig
 //   UnsafePath         an absolute name, a "." or ".." component, an empty component ("a//b"), a
 //                      trailing "/", a name that is not UTF-8 (names travel in JSON), a name over
 //                      kMaxManifestPathBytes or a component over 255 bytes

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "infergate/agent/hashing/tree.h"
 #include "infergate/common/result.h"
@@ -27,11 +28,19 @@ struct HashOptions {
   std::function<void(const FileInfo& file, uint64_t hashed)> after_chunk;
 };
 
-// Hashes `file` (found by walk_tree beneath root_fd).
+// The bytes of a file one digest covers: all of it, or [offset, offset + length) (an OMS shard).
+struct ByteRange {
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;  // unset: to the end of the file
+};
+
+// Hashes `file` (found by walk_tree beneath root_fd), or the `range` of it (which must lie within the
+// size the walk saw; the whole file is still checked for changes).
 // Refuses: SpecialFile (it is no longer a regular file), FileChanged (another inode, or its size,
 // mtime or ctime differ from the walk's or change while it is hashed, or it shrinks under the
 // mapping), Symlink, MissingFile, PermissionDenied, IoError. Cancelled errors carry no reason.
 // Thread-safe: any number of files may be hashed at once from different threads.
-Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOptions& options = {});
+Result<Sha256Digest> hash_file(int root_fd, const FileInfo& file, const HashOptions& options = {},
+                               const ByteRange& range = {});
 
 }  // namespace infergate::agent

@@ -25,6 +25,7 @@ struct HashJob {
   // When set, a different digest is refused at once (DigestMismatch, naming the file and both
   // digests) and the other workers stop.
   std::optional<Sha256Digest> expected;
+  ByteRange range;  // the whole file unless set (an OMS shard)
 };
 
 struct ParallelHashOptions {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ struct FileInfo {
   ino_t ino = 0;
   struct timespec mtime {};
   struct timespec ctime {};
+  // Reached through a symbolic link (only where a WalkFilter resolves links): `path` is the link's
+  // name, the identity and size are its target's, and opens resolve it beneath the root.
+  bool via_link = false;
 
   static FileInfo from_stat(std::string path, const struct stat& st);
 };
@@ -55,10 +59,25 @@ struct WalkLimits {
   size_t max_depth = 64;
 };
 
+// What a walk leaves out or looks through (the OMS format's ignore_paths and allow_symlinks).
+struct WalkFilter {
+  // Entries for which this is true are never looked at, nor anything below them. May be empty.
+  std::function<bool(std::string_view path)> skip;
+  // A symbolic link to a regular file that resolves beneath the root (openat2 RESOLVE_BENEATH, no
+  // magic links) is walked as that file (FileInfo::via_link). A link to a directory, a dangling link
+  // and one that leaves the root are still refused (Symlink); their targets are never read.
+  bool resolve_links = false;
+};
+
 // Every regular file beneath the root, sorted by path (byte order). Refuses, naming the entry:
-// Symlink (any symbolic link, never followed), SpecialFile (FIFO, socket, device), LimitExceeded,
-// PermissionDenied and IoError (a directory that cannot be read).
-Result<std::vector<FileInfo>> walk_tree(int root_fd, const WalkLimits& limits = {});
+// Symlink (any symbolic link, never followed, unless the filter resolves it), SpecialFile (FIFO,
+// socket, device), LimitExceeded, PermissionDenied and IoError (a directory that cannot be read).
+Result<std::vector<FileInfo>> walk_tree(int root_fd, const WalkLimits& limits = {},
+                                        const WalkFilter& filter = {});
+
+// Opens a file the walk found: open_beneath for regular entries, a RESOLVE_BENEATH resolution for
+// FileInfo::via_link ones (Symlink when the link now leaves the root).
+Result<UniqueFd> open_walked(int root_fd, const FileInfo& file);
 
 // Opens a canonical relative path beneath root_fd: each directory component with
 // O_NOFOLLOW|O_DIRECTORY, the last with `flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`.

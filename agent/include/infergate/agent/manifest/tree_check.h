@@ -31,10 +31,22 @@ struct TreeSummary {
   std::map<std::string, uint64_t> sizes;  // canonical path -> size, for every listed file
 };
 
-// The files the manifest rule covers: every regular file of the tree except the top-level SHA256SUMS
-// and release.dsse.json. A file named SHA256SUMS deeper in the tree is refused (UnlistedFile):
-// `find ... ! -name SHA256SUMS` would leave it out, so no manifest could ever cover it.
+// The files the manifest rule covers: every regular file of the tree except the top-level SHA256SUMS,
+// release.dsse.json and model.sig (an OMS bundle, which may sit beside our release). A file named
+// SHA256SUMS deeper in the tree is refused (UnlistedFile): `find ... ! -name SHA256SUMS` would leave
+// it out, so no manifest could ever cover it.
 Result<std::vector<FileInfo>> manifest_files(int root_fd, const WalkLimits& limits = {});
+
+// The hasher's options for a tree check (threads, progress).
+ParallelHashOptions parallel_hash_options(const TreeOptions& options);
+
+// One merge of the walked files with the listed paths, both sorted by path (byte order): MissingFile
+// for the first listed path without a file, then UnlistedFile for the first file that is not listed
+// and not `may_be_unlisted` (which may be empty); `listed_in` names the list in messages.
+// on_match(file, index into listed) is called for every pair, in order.
+Status match_listed(std::vector<FileInfo>& files, const std::vector<std::string_view>& listed,
+                    std::string_view listed_in, const std::function<bool(const FileInfo&)>& may_be_unlisted,
+                    const std::function<void(FileInfo& file, size_t listed_index)>& on_match);
 
 // Hashes every covered file and returns the manifest (sorted as sha256sum prints it). Refuses what
 // the walk refuses (symlinks, special files) so that every manifest we write can also be verified.

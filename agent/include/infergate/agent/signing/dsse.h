@@ -34,9 +34,14 @@ std::string dsse_pae(std::string_view payload_type, std::string_view payload);
 // signatures each with a non-empty standard-base64 "sig" and an optional string "keyid".
 // Bounded: refuses texts over kMaxEnvelopeBytes before parsing. Never crashes (fuzzed).
 Result<DsseEnvelope> parse_envelope(std::string_view text);
+// The same checks on an already parsed object (a Sigstore bundle's dsseEnvelope); `what` names it in
+// errors.
+Result<DsseEnvelope> parse_envelope_json(const nlohmann::json& j, std::string_view what);
 
 // Pretty-printed JSON (two-space indent) with a final newline.
 std::string serialize_envelope(const DsseEnvelope& envelope);
+// The envelope as a JSON object (what a bundle embeds).
+nlohmann::json envelope_json(const DsseEnvelope& envelope);
 
 // Parses JSON like parse_json, but refuses an object that holds the same key twice: signed data
 // must mean one thing to every reader. Errors carry no reason word; callers add theirs.

@@ -9,6 +9,7 @@
 
 #include "infergate/agent/manifest/tree_check.h"
 #include "infergate/agent/signing/keys.h"
+#include "infergate/agent/signing/oms_statement.h"
 #include "infergate/agent/signing/statement.h"
 #include "infergate/common/clock.h"
 #include "infergate/common/result.h"
@@ -38,5 +39,28 @@ struct SignedRelease {
 // reasons), not empty (EmptyRelease), the tree against it (check_tree's reasons), the weight format
 // (MetadataInvalid when unknown).
 Result<SignedRelease> sign_release(const SignOptions& options, const PrivateKey& key);
+
+struct OmsSignOptions {
+  std::filesystem::path dir;
+  std::string name;                    // the subject name; "" = DIR's last component
+  std::optional<uint64_t> shard_size;  // --shard-size: the shards serialization; whole files when unset
+  TreeOptions tree;
+};
+
+struct SignedOmsRelease {
+  OmsStatement statement;
+  std::string bundle;  // the bytes written to model.sig
+  TreeSummary summary;
+};
+
+// Writes DIR/model.sig (atomically, replacing an older one): an OMS v1.0 statement over every file
+// but model.sig and release.dsse.json (recorded as ignore_paths, so either format can be re-signed
+// without the other), in a v0.3 Sigstore bundle whose publicKey hint is the reference tool's (SHA-256
+// of the PEM public key) and whose DSSE envelope is signed with `key`. Symbolic links are refused
+// (allow_symlinks false). When DIR has a SHA256SUMS and whole files are signed, each of its digests must
+// be the one just computed (DigestMismatch otherwise), so the runtime's hash-while-load agrees with the
+// bundle. Refuses UsageError (a bad name or shard size, a ':' in a path under shards), EmptyRelease,
+// and what the walk and the hasher refuse.
+Result<SignedOmsRelease> sign_oms_release(const OmsSignOptions& options, const PrivateKey& key);
 
 }  // namespace infergate::agent

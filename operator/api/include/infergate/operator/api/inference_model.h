@@ -3,10 +3,12 @@
 // Platform-neutral: the same types are read from the Kubernetes API or from a YAML file on disk.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "infergate/common/clock.h"
@@ -45,10 +47,27 @@ struct VolumeSource {
   std::string nfs_path;    // kNfs
 };
 
+// A keyless (Sigstore) signer an OMS bundle may name: its certificate's email or URI, and the OIDC
+// issuer Fulcio recorded. Both are compared exactly.
+struct TrustIdentity {
+  std::string subject;
+  std::string issuer;
+};
+
 struct TrustSpec {
-  std::string public_key_secret;       // a Secret whose keys are PEM public keys (mounted as a directory)
+  // A Secret mounted as a directory: PEM public keys (*.pem), and for OMS bundles also CA certificates
+  // (*.pem/*.crt) and a Sigstore trusted_root.json.
+  std::string public_key_secret;
   std::string expect_name;             // the model name the release statement must carry ("" = any)
   std::optional<int64_t> min_version;  // refuse releases older than this (rollback attacks)
+  // The release formats the agent accepts: "infergate" (release.dsse.json) and/or "oms" (model.sig,
+  // OpenSSF model signing v1.0). Empty: infergate only.
+  std::vector<std::string> formats;
+  std::vector<TrustIdentity> identities;  // keyless OMS signers; any one may have signed
+  bool allows(std::string_view format) const {
+    return formats.empty() ? format == "infergate"
+                           : std::find(formats.begin(), formats.end(), format) != formats.end();
+  }
 };
 
 struct ArtifactSpec {
