@@ -174,6 +174,7 @@ TEST(Crd, EnumsMatchTheOperatorsTypes) {
     EXPECT_EQ(strings(at(schema(), {"status", part, "engine"})["enum"]), names(engine_kind_names()));
   }
   EXPECT_EQ(strings(at(schema(), {"status", "stage", "name"})["enum"]), names(stage_names()));
+  EXPECT_EQ(strings(at(schema(), {"status", "stage", "phase"})["enum"]), names(stage_phase_names()));
 }
 
 TEST(Crd, StatusHoldsEverythingARolloutNeedsToResume) {
@@ -195,7 +196,7 @@ TEST(Crd, StatusHoldsEverythingARolloutNeedsToResume) {
   s.stage = StageStatus{};
   s.stage->name = "kvCache";
   s.stage->revision = "r";
-  s.stage->phase = "Analyzing";
+  s.stage->phase = StagePhase::kAnalyzing;
   s.stage->gate_results = {GateResult{"quality", "Passed", "", {{"kl", 0.1}}, {{"kl", 1}}, {}}};
   s.conditions.push_back({"Ready", "True", "Serving", "", 1, {}});
   s.history.push_back({"weights", "r", "Promoted", "", "", {}});

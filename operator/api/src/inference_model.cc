@@ -672,7 +672,7 @@ Json status_to_json(const InferenceModelStatus& s) {
   if (s.stage) {
     Json st = {{"name", s.stage->name},
                {"revision", s.stage->revision},
-               {"phase", s.stage->phase},
+               {"phase", std::string(to_string(s.stage->phase))},
                {"startedAt", time_json(s.stage->started_at)},
                {"gateResults", Json::array()}};
     if (!s.stage->from_revision.empty()) st["fromRevision"] = s.stage->from_revision;
@@ -747,7 +747,8 @@ Result<InferenceModelStatus> parse_status(const Json& j) {
     StageStatus st;
     INFERGATE_ASSIGN_OR_RETURN(st.name, json_string(*it, "name", "status.stage"));
     INFERGATE_ASSIGN_OR_RETURN(st.revision, json_string_or(*it, "revision", "", "status.stage"));
-    INFERGATE_ASSIGN_OR_RETURN(st.phase, json_string_or(*it, "phase", "", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(std::string phase, json_string(*it, "phase", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(st.phase, parse_stage_phase(phase, "status.stage.phase"));
     st.started_at = parse_time_or(*it, "startedAt");
     INFERGATE_ASSIGN_OR_RETURN(st.from_revision, json_string_or(*it, "fromRevision", "", "status.stage"));
     if (it->contains("analysisStartedAt")) st.analysis_started_at = parse_time_or(*it, "analysisStartedAt");

@@ -11,11 +11,7 @@ namespace {
 namespace cond = api::condition;
 using platform::EventRecord;
 
-api::Condition make(std::string_view type, std::string_view status, std::string reason, std::string message,
-                    int64_t generation) {
-  return api::Condition{std::string(type),  std::string(status), std::move(reason),
-                        std::move(message), generation,          {}};
-}
+constexpr auto make = api::make_condition;
 
 // Whether a condition is new or its status or reason moved since the last status: the moments worth
 // telling users about.
@@ -151,6 +147,19 @@ platform::EndpointSpec render_endpoint(const std::string& model) {
   return e;
 }
 
+bool is_applied(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec) {
+  return observed.exists && observed.template_hash == spec.template_hash() &&
+         observed.replicas == spec.replicas && (!observed.surge || *observed.surge == spec.surge);
+}
+
+bool runs_fully(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec) {
+  if (!is_applied(observed, spec) || !observed.observed_current) return false;
+  for (const auto& p : observed.pods) {
+    if (!p.deleting && p.revision != spec.revision) return false;
+  }
+  return observed.updated_replicas >= spec.replicas && observed.ready_replicas >= spec.replicas;
+}
+
 PodVerdicts verification_from_pods(const platform::WorkloadState& workload, const std::string& revision) {
   PodVerdicts out;
   for (const auto& p : workload.pods) {
@@ -212,6 +221,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     blocked(plan, in, reason, rendered.error().message(), ctx);
     return finish();
   }
+  rendered->surge = spec.rollout.canary.surge;  // no room for a surge pod for canaries, none for updates
   const platform::WorkloadSpec& wl = *rendered;
   if (ob.capacity) {
     api::set_condition(st.conditions,
@@ -228,8 +238,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
 
   // Actions: only what differs from what the platform reports.
   const std::string hash = wl.template_hash();
-  const bool need_apply =
-      !ob.stable.exists || ob.stable.template_hash != hash || ob.stable.replicas != wl.replicas;
+  const bool need_apply = !is_applied(ob.stable, wl);
   if (need_apply) {
     plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, "", {}});
     std::string what = "revision " + wl.revision + " (" + wl.summary + ")";
@@ -240,7 +249,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     } else if (ob.stable.template_hash != hash) {
       plan.events.push_back(
           {EventRecord::Type::kNormal, "Deploying", "updating workload " + wl.name + " to " + what});
-    } else {
+    } else if (ob.stable.replicas != wl.replicas) {
       plan.events.push_back({EventRecord::Type::kNormal, "Scaling",
                              "scaling workload " + wl.name + " from " + std::to_string(ob.stable.replicas) +
                                  " to " + plural(wl.replicas, "replica")});
@@ -252,13 +261,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   }
 
   const int32_t desired = wl.replicas;
-  bool all_current = true;
-  for (const auto& p : ob.stable.pods) {
-    if (!p.deleting && p.revision != wl.revision) all_current = false;
-  }
-  const bool current = ob.stable.exists && !need_apply && ob.stable.observed_current;
-  const bool rolled_out =
-      current && all_current && ob.stable.updated_replicas >= desired && ob.stable.ready_replicas >= desired;
+  const bool rolled_out = runs_fully(ob.stable, wl);
 
   // Verified: from the agent's verdicts in the pods of the desired revision.
   const PodVerdicts verdicts = verification_from_pods(ob.stable, wl.revision);
@@ -298,7 +301,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
       rc.release_digest = st.stable->release_digest;
       rc.release_version = st.stable->release_version;
     }
-    if (!st.stable || st.stable->revision != rc.revision) {
+    if ((!st.stable || st.stable->revision != rc.revision) && !(target && target->promotion)) {
       st.history.push_back(
           api::HistoryEntry{"", rc.revision, "Deployed", "RolledOut",
                             rc.summary + (rc.release_digest.empty() ? "" : " " + rc.release_digest),

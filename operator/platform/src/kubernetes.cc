@@ -135,7 +135,7 @@ void trim_metadata(Json& obj) {
 
 void trim_deployment(Json& d) {
   trim_metadata(d);
-  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector"});
+  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector", "strategy"});
   keep_only(d, {"apiVersion", "kind", "metadata", "spec", "status"});
 }
 
@@ -245,9 +245,11 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
       {"spec",
        {{"replicas", spec.replicas},
         {"selector", {{"matchLabels", selector}}},
-        // Never lose serving capacity during an update: add the new pod before removing an old one.
+        // surge: never lose serving capacity during an update (add the new pod before removing an old
+        // one); without: never hold more pods, and so GPUs, than replicas (remove one first).
         {"strategy",
-         {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
+         {{"type", "RollingUpdate"},
+          {"rollingUpdate", {{"maxSurge", spec.surge ? 1 : 0}, {"maxUnavailable", spec.surge ? 0 : 1}}}}},
         {"template",
          {{"metadata",
            {{"labels", pod_labels}, {"annotations", {{std::string(api::annotations::kTemplateHash), hash}}}}},
@@ -428,6 +430,9 @@ WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods
   int64_t generation = member(d, "metadata").value("generation", int64_t{0});
   int64_t observed = status.value("observedGeneration", int64_t{0});
   w.observed_current = observed >= generation;
+  // maxSurge 0 (an integer or "0%") is the no-surge strategy; anything else, or none, surges.
+  const Json& surge = member(member(spec, "strategy"), "rollingUpdate").value("maxSurge", Json(1));
+  w.surge = !(surge == Json(0) || surge == Json("0") || surge == Json("0%"));
   for (const Json* p : pods) w.pods.push_back(pod_state(*p));
   std::sort(w.pods.begin(), w.pods.end(),
             [](const PodState& a, const PodState& b) { return a.name < b.name; });

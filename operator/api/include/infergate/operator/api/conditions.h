@@ -22,6 +22,10 @@ inline constexpr std::string_view kFalse = "False";
 inline constexpr std::string_view kUnknown = "Unknown";
 }  // namespace condition
 
+// A condition of this generation (lastTransitionTime is set_condition's to decide).
+Condition make_condition(std::string_view type, std::string_view status, std::string reason,
+                         std::string message, int64_t generation);
+
 // Sets (adds or replaces) the condition of `c.type`. When the status is unchanged the previous
 // lastTransitionTime is kept; otherwise it becomes `now`. Returns true when the status flipped (or
 // the condition is new): the moments worth an Event.

@@ -191,9 +191,9 @@ struct GateResult {
 struct StageStatus {
   std::string name;      // a StageName spelling
   std::string revision;  // the canary configuration's revision
-  // "Deploying", "Verifying", "Analyzing", "Promoting", "RollingBack", "Failed" (a gate failed and
-  // autoRollback is off: the canary is kept until an abort or a promote)
-  std::string phase;
+  // Never kIdle. kFailed: a gate failed and autoRollback is off (the canary is kept until an abort,
+  // a retry or a new spec).
+  StagePhase phase = StagePhase::kDeploying;
   WallTime started_at{};
   std::vector<GateResult> gate_results;
   std::string from_revision;                    // the stable revision the stage started from

@@ -43,6 +43,11 @@ struct WorkloadSpec {
   api::Resources resources;
   api::SchedulingSpec scheduling;
   std::string summary;  // "int8/int8 ctx=32768 x16", for people
+  // How a change of the pod template rolls: true adds a new pod before an old one goes (never below
+  // `replicas` serving, one pod's resources on top); false removes an old pod first (never more pods
+  // than `replicas`: what a GPU pool without spare room needs). Not part of template_hash: changing it
+  // rolls no pod.
+  bool surge = true;
 
   // SHA-256 prefix over everything that defines the pods (not replicas): equal hashes, nothing to
   // roll out. Platforms store it with the workload and report it back in WorkloadState.
@@ -98,6 +103,9 @@ struct WorkloadState {
   int32_t available_replicas = 0;
   // The platform has acted on the latest spec (Deployment: observedGeneration caught up).
   bool observed_current = false;
+  // The update strategy as the platform holds it (WorkloadSpec::surge); nullopt where the platform
+  // has no such notion (local processes), so it never asks for an apply.
+  std::optional<bool> surge;
   std::vector<PodState> pods;
 };
 
