@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "infergate/operator/api/conditions.h"
+#include "infergate/operator/controllers/pod_trouble.h"
 
 namespace infergate::op::controllers {
 namespace {
@@ -147,24 +148,21 @@ int32_t stable_size_shrinking_canary(const RolloutContext& c, int32_t canary_tar
 
 // ---- The gates of a running stage ----
 
-struct CanaryView {
+int ready_pods(const platform::WorkloadState& w, const std::string& revision) {
   int ready = 0;
-  std::optional<rollout::PodFailure> failure;
-};
+  for (const auto& p : w.pods) ready += !p.deleting && p.revision == revision && p.ready;
+  return ready;
+}
 
-CanaryView view(const platform::WorkloadState& w, const std::string& revision) {
-  CanaryView v;
-  for (const auto& p : w.pods) {
-    if (p.deleting || p.revision != revision) continue;
-    if (p.ready) ++v.ready;
-    if (!v.failure && (p.waiting_reason == "CrashLoopBackOff" || p.restarts >= 3)) {
-      v.failure = rollout::PodFailure{"CanaryNotServing",
-                                      "a canary pod's runtime is failing: pod " + p.name + ": " +
-                                          (p.waiting_reason.empty() ? "restarted" : p.waiting_reason) +
-                                          (p.message.empty() ? "" : ": " + p.message.substr(0, 512))};
-    }
-  }
-  return v;
+// A canary pod trouble that waiting does not heal fails the stage at once, under the rollback reason
+// that says which way: it was never created, it cannot start, or it starts and does not serve.
+std::optional<rollout::PodFailure> unhealable(const std::optional<PodTrouble>& t) {
+  if (!t || t->heals) return std::nullopt;
+  const std::string reason = t->reason == "FailedCreate" ? "CanaryNotCreated"
+                             : t->reason == "CrashLoopBackOff" || t->reason == "OOMKilled"
+                                 ? "CanaryNotServing"
+                                 : "CanaryCannotStart";
+  return rollout::PodFailure{reason, "a canary pod cannot run: " + t->message + trouble_hint(*t)};
 }
 
 GateVerdict verification_gate(const RolloutContext& c, RolloutState& s, int32_t canary_replicas) {
@@ -321,6 +319,19 @@ void wait(const RolloutContext& c, const api::StageStatus& stage, const rollout:
       step.requeue = sooner(step.requeue, std::chrono::seconds(1));
     if (g.gate == rollout::kQualityGate) step.requeue = sooner(step.requeue, std::chrono::seconds(5));
   }
+}
+
+// A canary pod trouble that may heal (no node with room yet, an image pull backing off): the stage
+// waits for it until its deadline, saying why in Progressing, with one Warning when it appears.
+void say_trouble(const RolloutContext& c, const PodTrouble& t, const std::string& what, Step& step) {
+  std::string hint = trouble_hint(t);
+  if (t.reason == "Unschedulable" && surge(c))
+    hint += "; without spare GPUs, spec.rollout.canary.surge: false takes the canary's GPUs from stable";
+  step.progressing =
+      make(cond::kProgressing, cond::kTrue, t.reason, what + ": waiting: " + t.message + hint, generation(c));
+  const api::Condition* before = api::find_condition(c.in.status.conditions, cond::kProgressing);
+  if (!before || before->reason != t.reason)
+    step.events.push_back({EventRecord::Type::kWarning, "Canary" + t.reason, what + ": " + t.message + hint});
 }
 
 }  // namespace
@@ -516,6 +527,7 @@ Step on_running(const RolloutContext& c, RolloutState& s) {
   step.stable = StableTarget{c.stable, stable_size_running(c), false};
   auto rendered = render(c, s0.to, api::Track::kCanary, canary_replicas);
   rollout::StageInputs si;
+  std::optional<PodTrouble> trouble;
   if (!rendered.ok()) {
     si.verification.outcome = Outcome::kFailed;
     si.verification.reason = reason_of(rendered.error(), "InvalidStage");
@@ -524,11 +536,12 @@ Step on_running(const RolloutContext& c, RolloutState& s) {
     if (!is_applied(c.ob.canary, *rendered))
       step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *rendered, {}, "", {}});
     si.verification = verification_gate(c, s, c.spec.rollout.canary.replicas);
-    const CanaryView cv = view(c.ob.canary, stage.revision);
+    const int ready = ready_pods(c.ob.canary, stage.revision);
     si.canary_ready = c.ob.canary.exists && c.ob.canary.template_hash == rendered->template_hash() &&
-                      cv.ready >= c.spec.rollout.canary.replicas;
-    si.pod_failure = cv.failure;
-    if (s.canary) s.canary->ready_replicas = cv.ready;
+                      ready >= c.spec.rollout.canary.replicas;
+    trouble = workload_trouble(c.ob.canary, stage.revision);
+    si.pod_failure = unhealable(trouble);
+    if (s.canary) s.canary->ready_replicas = ready;
   }
   si.deadline_passed =
       c.ctx.now - stage.started_at >= std::chrono::seconds(c.spec.rollout.canary.progress_deadline_seconds);
@@ -556,7 +569,10 @@ Step on_running(const RolloutContext& c, RolloutState& s) {
   step.next = stage.phase;
   const std::string what = describe(stage) + " [" + s0.change + "]";
   switch (d.kind) {
-    case rollout::Decision::Kind::kWait: wait(c, stage, si, what, step); break;
+    case rollout::Decision::Kind::kWait:
+      wait(c, stage, si, what, step);
+      if (trouble && !c.paused) say_trouble(c, *trouble, what, step);
+      break;
     case rollout::Decision::Kind::kPromote:
       stage.phase = StagePhase::kPromoting;
       stage.outcome = d.reason;

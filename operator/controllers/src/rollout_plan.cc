@@ -76,7 +76,7 @@ std::optional<rollout::Stage> next_stage(const ModelInput& in) {
 }
 
 Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx) {
-  if (!in.spec || (ob.trust && *ob.trust == platform::TrustState::kMissing))
+  if (!in.spec || (ob.trust && *ob.trust != platform::TrustState::kPresent))
     return plan_steady_state(in, ob, ctx);
   const std::optional<api::PodConfig> stable_pc = stable_config(in);
   if (!stable_pc) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "infergate/operator/api/conditions.h"
+#include "infergate/operator/controllers/pod_trouble.h"
 
 namespace infergate::op::controllers {
 namespace {
@@ -49,8 +50,8 @@ void condition_events(const api::InferenceModelStatus& before, Plan& plan) {
       plan.events.push_back({EventRecord::Type::kWarning, r->reason, r->message});
     }
   }
-  if (const auto* c = transitioned(before, after, cond::kCapacityFits)) {
-    if (c->status == cond::kFalse)
+  for (auto type : {cond::kCapacityFits, cond::kStableHealthy}) {
+    if (const auto* c = transitioned(before, after, type); c && c->status == cond::kFalse)
       plan.events.push_back({EventRecord::Type::kWarning, c->reason, c->message});
   }
 }
@@ -66,23 +67,6 @@ void blocked(Plan& plan, const ModelInput& in, const std::string& reason, const 
 }
 
 std::string plural(int n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
-
-// The first thing keeping a pod from being ready, for the Ready message.
-std::string blocking_pod(const platform::WorkloadState& w) {
-  for (const auto& p : w.pods) {
-    if (p.deleting || p.ready) continue;
-    if (!p.verify.waiting_reason.empty() && p.verify.waiting_reason != "PodInitializing") {
-      return "pod " + p.name + ": verify: " + p.verify.waiting_reason;
-    }
-    if (!p.waiting_reason.empty() && p.waiting_reason != "PodInitializing" &&
-        p.waiting_reason != "ContainerCreating") {
-      std::string s = "pod " + p.name + ": " + p.waiting_reason;
-      if (!p.message.empty()) s += ": " + p.message.substr(0, 512);
-      return s;
-    }
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -213,6 +197,21 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
     return finish();
   }
+  if (ob.trust && *ob.trust == platform::TrustState::kForbidden) {
+    // Waiting does not fix RBAC: say which permission is missing and which chart value grants it.
+    blocked(plan, in, "TrustKeyForbidden",
+            "the operator may not read Secret \"" + spec.artifact.trust.public_key_secret +
+                "\" in namespace " + in.meta.namespace_ +
+                " (403 Forbidden): it needs \"get\" on secrets there. With the Helm chart, "
+                "add \"" +
+                in.meta.namespace_ +
+                "\" to rbac.trustSecretNamespaces (when every namespace is "
+                "watched) or to watchNamespaces, and the Secret's name to rbac.trustSecretNames if that list "
+                "is set; nothing is deployed until then",
+            ctx);
+    plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
+    return finish();
+  }
   const api::PodConfig pc = target ? target->config : api::pod_config(spec);
   auto rendered =
       render_workload(name, pc, api::Track::kStable, target ? target->replicas : spec.replicas, ctx);
@@ -314,6 +313,17 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     st.stable = rc;
   }
 
+  // StableHealthy: stable's own pods, whatever revision they run (a rolling update's new pods too).
+  const std::optional<PodTrouble> trouble = workload_trouble(ob.stable, "");
+  if (ob.stable.exists) {
+    api::set_condition(st.conditions,
+                       trouble ? make(cond::kStableHealthy, cond::kFalse, trouble->reason,
+                                      trouble->message + trouble_hint(*trouble), gen)
+                               : make(cond::kStableHealthy, cond::kTrue, "PodsRunning",
+                                      "no stable pod is failing to run", gen),
+                       ctx.now);
+  }
+
   // Ready and Progressing.
   const int32_t ready = ob.stable.ready_replicas;
   const std::string counts = std::to_string(ready) + "/" + std::to_string(desired) + " replicas ready";
@@ -329,10 +339,10 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
                                 verdicts.refused.front().second.describe(),
                             gen),
                        ctx.now);
-  } else if (std::string blocker = blocking_pod(ob.stable); !blocker.empty()) {
-    api::set_condition(st.conditions,
-                       make(cond::kReady, cond::kFalse, "PodsNotReady", counts + "; " + blocker, gen),
-                       ctx.now);
+  } else if (trouble) {
+    api::set_condition(
+        st.conditions,
+        make(cond::kReady, cond::kFalse, "PodsNotReady", counts + "; " + trouble->message, gen), ctx.now);
   } else {
     api::set_condition(st.conditions, make(cond::kReady, cond::kFalse, "WaitingForReplicas", counts, gen),
                        ctx.now);

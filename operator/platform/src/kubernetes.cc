@@ -287,9 +287,14 @@ PodState pod_state(const Json& pod) {
             : phase == "Failed"                   ? PodState::Phase::kFailed
             : phase == "Pending" || phase.empty() ? PodState::Phase::kPending
                                                   : PodState::Phase::kUnknown;
-  if (auto c = status.find("conditions"); c != status.end() && c->is_array()) {
-    for (const auto& cond : *c) {
-      if (cond.is_object() && cond.value("type", "") == "Ready") p.ready = cond.value("status", "") == "True";
+  for (const auto& cond : list_member(status, "conditions")) {
+    if (!cond.is_object()) continue;
+    const std::string type = cond.value("type", "");
+    if (type == "Ready") p.ready = cond.value("status", "") == "True";
+    if (type == "PodScheduled" && cond.value("status", "") == "False" &&
+        cond.value("reason", "") == "Unschedulable") {
+      p.unschedulable = true;
+      p.schedule_message = str(cond, "message");
     }
   }
   std::string ip = str(status, "podIP");
@@ -312,6 +317,7 @@ PodState pod_state(const Json& pod) {
       }
     } else if (state.contains("waiting")) {
       p.verify.waiting_reason = str(member(state, "waiting"), "reason");
+      p.verify.waiting_message = str(member(state, "waiting"), "message");
       if (last.contains("terminated")) from_terminated(member(last, "terminated"));
     }
   }
@@ -323,8 +329,12 @@ PodState pod_state(const Json& pod) {
       p.waiting_reason = str(member(state, "waiting"), "reason");
       p.message = str(member(state, "waiting"), "message");
     }
-    if (last.contains("terminated") && !str(member(last, "terminated"), "message").empty()) {
-      p.message = str(member(last, "terminated"), "message");  // why the runtime exited (its own words)
+    if (last.contains("terminated")) {
+      const Json& t = member(last, "terminated");
+      p.last_termination_reason = str(t, "reason");
+      p.last_exit_code = integer(t, "exitCode");
+      if (!str(t, "message").empty())
+        p.message = str(t, "message");  // why the runtime exited (its own words)
     }
   }
   if (!ip.empty()) {
@@ -430,6 +440,13 @@ WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods
   int64_t generation = member(d, "metadata").value("generation", int64_t{0});
   int64_t observed = status.value("observedGeneration", int64_t{0});
   w.observed_current = observed >= generation;
+  // The ReplicaSet's refusal to create a pod, as the Deployment controller copies it.
+  for (const auto& c : list_member(status, "conditions")) {
+    if (c.is_object() && c.value("type", "") == "ReplicaFailure" && c.value("status", "") == "True") {
+      w.failure_reason = str(c, "reason");
+      w.failure_message = str(c, "message");
+    }
+  }
   // maxSurge 0 (an integer or "0%") is the no-surge strategy; anything else, or none, surges.
   const Json& surge = member(member(spec, "strategy"), "rollingUpdate").value("maxSurge", Json(1));
   w.surge = !(surge == Json(0) || surge == Json("0") || surge == Json("0%"));
@@ -500,6 +517,7 @@ Result<TrustState> KubernetesPlatform::check_trust(const ModelRef& model, const 
   }
   trust_seen_.erase(key);
   if (client::is_not_found(s.error())) return TrustState::kMissing;
+  if (s.error().code() == ErrorCode::kPermissionDenied) return TrustState::kForbidden;
   return std::move(s).error().context("checking the trust key Secret");
 }
 

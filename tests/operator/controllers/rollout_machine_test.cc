@@ -174,9 +174,16 @@ const std::vector<Row>& rows() {
          w.object["spec"]["artifact"]["path"] = "glm/fp16";
          return w;
        },
-       StagePhase::kIdle, {}, {}, "Deployed"},
-      {"IdleStartsTheStageWithItsCanaryAndEndpoints", idle_world, StagePhase::kDeploying,
-       {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"}, {"StageStarted"}, "Deploying"},
+       StagePhase::kIdle,
+       {},
+       {},
+       "Deployed"},
+      {"IdleStartsTheStageWithItsCanaryAndEndpoints",
+       idle_world,
+       StagePhase::kDeploying,
+       {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"},
+       {"StageStarted"},
+       "Deploying"},
       {"IdleWaitsForAStableThatIsNotFullyReady",
        [] {
          World w = idle_world();
@@ -184,14 +191,20 @@ const std::vector<Row>& rows() {
          return w;
        },
        // The steady state's own "Deploying" (stable still rolling) says more than WaitingForStable.
-       StagePhase::kIdle, {}, {}, "Deploying"},
+       StagePhase::kIdle,
+       {},
+       {},
+       "Deploying"},
       {"IdleHoldsWhilePaused",
        [] {
          World w = idle_world();
          annotate(w, "serving.infergate.dev/paused", "true");
          return w;
        },
-       StagePhase::kIdle, {}, {}, "Paused"},
+       StagePhase::kIdle,
+       {},
+       {},
+       "Paused"},
       {"IdleAfterAnAbortStartsNothing",
        [] {
          World w = idle_world();
@@ -199,7 +212,10 @@ const std::vector<Row>& rows() {
          w.status.control.failed_for = api::revision(the_stage().to);
          return w;
        },
-       StagePhase::kIdle, {}, {}, "Aborted"},
+       StagePhase::kIdle,
+       {},
+       {},
+       "Aborted"},
       {"IdleNeverRetriesAFailedRevision",
        [] {
          World w = idle_world();
@@ -207,7 +223,10 @@ const std::vector<Row>& rows() {
          w.status.control.failed_for = api::revision(the_stage().to);
          return w;
        },
-       StagePhase::kIdle, {}, {}, "RevisionFailed"},
+       StagePhase::kIdle,
+       {},
+       {},
+       "RevisionFailed"},
       {"IdleRefusesAStageThatDoesNotFit",
        [] {
          World w = idle_world();
@@ -218,7 +237,10 @@ const std::vector<Row>& rows() {
          w.ob.stage_capacity = v;
          return w;
        },
-       StagePhase::kIdle, {}, {"KvCacheTooLarge"}, "KvCacheTooLarge"},
+       StagePhase::kIdle,
+       {},
+       {"KvCacheTooLarge"},
+       "KvCacheTooLarge"},
       {"IdleWithoutSurgeShrinksStableFirstAndTheCanaryWaitsForThePod",
        [] {
          World w = idle_world();
@@ -227,7 +249,8 @@ const std::vector<Row>& rows() {
          return w;
        },
        StagePhase::kDeploying,
-       {"apply glm x1", "apply glm-canary x0", "endpoint glm-stable", "endpoint glm-canary"}, {"StageStarted"},
+       {"apply glm x1", "apply glm-canary x0", "endpoint glm-stable", "endpoint glm-canary"},
+       {"StageStarted"},
        "Deploying"},
       {"DeployingWithoutPodsStaysDeploying",
        [] {
@@ -236,7 +259,10 @@ const std::vector<Row>& rows() {
          w.ob.canary.ready_replicas = 0;
          return w;
        },
-       StagePhase::kDeploying, {}, {}, "Deploying"},
+       StagePhase::kDeploying,
+       {},
+       {},
+       "Deploying"},
       {"DeployingWithPodsVerifyingMovesToVerifying",
        [] {
          return stage_world(StagePhase::kDeploying, [](platform::PodState& p) {
@@ -244,25 +270,42 @@ const std::vector<Row>& rows() {
            p.verify.phase = platform::VerifyState::Phase::kRunning;
          });
        },
-       StagePhase::kVerifying, {}, {}, "Verifying"},
-      {"VerifiedAndReadyOpensTheAnalysisWindow", [] { return stage_world(StagePhase::kVerifying); },
-       StagePhase::kAnalyzing, {}, {"AnalysisStarted"}, "Analyzing"},
-      {"AnalyzingInsideTheWindowWaitsAndDoesNothing", [] { return stage_world(StagePhase::kAnalyzing); },
-       StagePhase::kAnalyzing, {}, {}, "Analyzing"},
+       StagePhase::kVerifying,
+       {},
+       {},
+       "Verifying"},
+      {"VerifiedAndReadyOpensTheAnalysisWindow",
+       [] { return stage_world(StagePhase::kVerifying); },
+       StagePhase::kAnalyzing,
+       {},
+       {"AnalysisStarted"},
+       "Analyzing"},
+      {"AnalyzingInsideTheWindowWaitsAndDoesNothing",
+       [] { return stage_world(StagePhase::kAnalyzing); },
+       StagePhase::kAnalyzing,
+       {},
+       {},
+       "Analyzing"},
       {"AnalyzingPastTheWindowWithEveryGateClearPromotes",
        [] {
          World w = stage_world(StagePhase::kAnalyzing);
          w.now = t0() + 61s;
          return w;
        },
-       StagePhase::kPromoting, {"apply glm-canary x0"}, {"Promoting"}, "Promoting"},
+       StagePhase::kPromoting,
+       {"apply glm-canary x0"},
+       {"Promoting"},
+       "Promoting"},
       {"AManualPromoteSkipsTheRestOfTheWindow",
        [] {
          World w = stage_world(StagePhase::kAnalyzing);
          annotate(w, "serving.infergate.dev/promote", the_stage().revision);
          return w;
        },
-       StagePhase::kPromoting, {"apply glm-canary x0"}, {"Promoting"}, "Promoting"},
+       StagePhase::kPromoting,
+       {"apply glm-canary x0"},
+       {"Promoting"},
+       "Promoting"},
       {"ARefusedVerificationRollsBackAtOnce",
        [] {
          return stage_world(StagePhase::kVerifying, [](platform::PodState& p) {
@@ -272,7 +315,10 @@ const std::vector<Row>& rows() {
            p.verify.termination_message = kTampered;
          });
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {"RolledBack"}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"RolledBack"},
+       "RollingBack"},
       {"ACrashLoopingCanaryRollsBackBeforeItsDeadline",
        [] {
          return stage_world(StagePhase::kVerifying, [](platform::PodState& p) {
@@ -281,21 +327,57 @@ const std::vector<Row>& rows() {
            p.restarts = 4;
          });
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {"RolledBack"}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"RolledBack"},
+       "RollingBack"},
+      {"AnUnschedulableCanaryWaitsAndSaysWhyOnce",
+       [] {
+         return stage_world(StagePhase::kDeploying, [](platform::PodState& p) {
+           p.ready = false;
+           p.phase = platform::PodState::Phase::kPending;
+           p.verify = platform::VerifyState{};
+           p.unschedulable = true;
+           p.schedule_message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.";
+         });
+       },
+       StagePhase::kVerifying,
+       {},
+       {"CanaryUnschedulable"},
+       "Unschedulable"},
+      {"ACanaryPodRefusedByAdmissionFailsTheStageAtOnce",
+       [] {
+         World w = stage_world(StagePhase::kDeploying);
+         w.ob.canary.pods.clear();
+         w.ob.canary.ready_replicas = 0;
+         w.ob.canary.failure_reason = "FailedCreate";
+         w.ob.canary.failure_message = "pods \"glm-canary-x\" is forbidden: violates PodSecurity";
+         return w;
+       },
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"RolledBack"},
+       "RollingBack"},
       {"TheProgressDeadlineRollsBackACanaryThatNeverGotReady",
        [] {
          World w = stage_world(StagePhase::kVerifying, [](platform::PodState& p) { p.ready = false; });
          w.now = t0() + 601s;
          return w;
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {"RolledBack"}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"RolledBack"},
+       "RollingBack"},
       {"AnAbortRollsBackAndHalts",
        [] {
          World w = stage_world(StagePhase::kAnalyzing);
          annotate(w, "serving.infergate.dev/abort", "1");
          return w;
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {"AbortRequested", "Aborted"}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"AbortRequested", "Aborted"},
+       "RollingBack"},
       {"WithoutAutoRollbackAFailedGateKeepsTheCanary",
        [] {
          World w = stage_world(StagePhase::kVerifying, [](platform::PodState& p) {
@@ -307,7 +389,10 @@ const std::vector<Row>& rows() {
          w.object["spec"]["rollout"]["autoRollback"] = false;
          return w;
        },
-       StagePhase::kFailed, {}, {"GateFailed"}, "DigestMismatch"},
+       StagePhase::kFailed,
+       {},
+       {"GateFailed"},
+       "DigestMismatch"},
       {"AFailedStageWaitsForAPerson",
        [] {
          World w = stage_world(StagePhase::kFailed);
@@ -315,7 +400,10 @@ const std::vector<Row>& rows() {
          w.object["spec"]["rollout"]["autoRollback"] = false;
          return w;
        },
-       StagePhase::kFailed, {}, {}, "DigestMismatch"},
+       StagePhase::kFailed,
+       {},
+       {},
+       "DigestMismatch"},
       {"AFailedStageRollsBackOnAbort",
        [] {
          World w = stage_world(StagePhase::kFailed);
@@ -323,7 +411,10 @@ const std::vector<Row>& rows() {
          annotate(w, "serving.infergate.dev/abort", "1");
          return w;
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {"Aborted"}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {"Aborted"},
+       "RollingBack"},
       {"AFailedStageRetriedStartsOverInPlace",
        [] {
          World w = stage_world(StagePhase::kFailed);
@@ -331,8 +422,10 @@ const std::vector<Row>& rows() {
          annotate(w, "serving.infergate.dev/retry", "1");
          return w;
        },
-       StagePhase::kDeploying, {"endpoint glm-stable", "endpoint glm-canary", "apply glm-canary x1"},
-       {"RetryRequested", "Superseded", "StageStarted"}, "Deploying"},
+       StagePhase::kDeploying,
+       {"endpoint glm-stable", "endpoint glm-canary", "apply glm-canary x1"},
+       {"RetryRequested", "Superseded", "StageStarted"},
+       "Deploying"},
       {"ASpecChangedMidStageSupersedesItAndStartsTheNewOne",
        [] {
          World w = stage_world(StagePhase::kAnalyzing);
@@ -340,8 +433,10 @@ const std::vector<Row>& rows() {
          w.object["spec"]["artifact"]["path"] = "glm/int4";
          return w;
        },
-       StagePhase::kDeploying, {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"},
-       {"Superseded", "StageStarted"}, "Deploying"},
+       StagePhase::kDeploying,
+       {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"},
+       {"Superseded", "StageStarted"},
+       "Deploying"},
       {"ASpecRevertedMidStageRemovesTheCanary",
        [] {
          World w = stage_world(StagePhase::kAnalyzing);
@@ -349,7 +444,10 @@ const std::vector<Row>& rows() {
          w.object["spec"]["artifact"]["path"] = "glm/fp16";
          return w;
        },
-       StagePhase::kIdle, {"delete glm-canary"}, {"Superseded"}, ""},
+       StagePhase::kIdle,
+       {"delete glm-canary"},
+       {"Superseded"},
+       ""},
       {"RollingBackWaitsForTheCanaryToGo",
        [] {
          World w = stage_world(StagePhase::kRollingBack);
@@ -357,7 +455,10 @@ const std::vector<Row>& rows() {
          w.status.stage->failure_reason = "DigestMismatch";
          return w;
        },
-       StagePhase::kRollingBack, {"delete glm-canary"}, {}, "RollingBack"},
+       StagePhase::kRollingBack,
+       {"delete glm-canary"},
+       {},
+       "RollingBack"},
       {"RollingBackEndsOnceTheCanaryIsGoneAndSaysWhyNothingStarts",
        [] {
          World w = stage_world(StagePhase::kRollingBack);
@@ -368,14 +469,20 @@ const std::vector<Row>& rows() {
          w.ob.canary = platform::WorkloadState{};
          return w;
        },
-       StagePhase::kIdle, {}, {"RollbackComplete"}, "RevisionFailed"},
+       StagePhase::kIdle,
+       {},
+       {"RollbackComplete"},
+       "RevisionFailed"},
       {"PromotingWaitsUntilStableRunsTheCanarysConfiguration",
        [] {
          World w = stage_world(StagePhase::kPromoting);
          w.ob.canary = running(the_stage().to, api::Track::kCanary, 0, true);
          return w;
        },
-       StagePhase::kPromoting, {"apply glm x2"}, {}, "Promoting"},
+       StagePhase::kPromoting,
+       {"apply glm x2"},
+       {},
+       "Promoting"},
       {"PromotingIsCommittedEvenIfTheSpecChanges",
        [] {
          World w = stage_world(StagePhase::kPromoting);
@@ -384,7 +491,10 @@ const std::vector<Row>& rows() {
          w.object["spec"]["artifact"]["path"] = "glm/int4";
          return w;
        },
-       StagePhase::kPromoting, {"apply glm x2"}, {}, "Promoting"},
+       StagePhase::kPromoting,
+       {"apply glm x2"},
+       {},
+       "Promoting"},
       {"PromotingEndsWhenStableRunsItAndTheCanaryGoes",
        [] {
          World w = stage_world(StagePhase::kPromoting);
@@ -392,15 +502,20 @@ const std::vector<Row>& rows() {
          w.ob.stable = running(the_stage().to, api::Track::kStable, 2, true);
          return w;
        },
-       StagePhase::kIdle, {"delete glm-canary"}, {"Promoted", "RolloutComplete"}, "Deployed"},
+       StagePhase::kIdle,
+       {"delete glm-canary"},
+       {"Promoted", "RolloutComplete"},
+       "Deployed"},
       {"APromotionWhoseCanaryConfigIsUnreadableLosesTheStageNotTheStable",
        [] {
          World w = stage_world(StagePhase::kPromoting);
          w.status.canary->config.pod_config = Json();
          return w;
        },
-       StagePhase::kDeploying, {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"},
-       {"StageStarted"}, "Deploying"},
+       StagePhase::kDeploying,
+       {"apply glm-canary x1", "endpoint glm-stable", "endpoint glm-canary"},
+       {"StageStarted"},
+       "Deploying"},
   };
   return kRows;
 }
@@ -441,14 +556,30 @@ TEST_P(Transition, IsTheSameStepAfterARestartAndAWaitSettles) {
   EXPECT_TRUE(settled.events.empty()) << settled.events.front().reason;
 }
 
+TEST(RolloutMachine, ACanaryThatCannotBeCreatedRollsBackWithTheServersWords) {
+  World w = stage_world(StagePhase::kDeploying);
+  w.ob.canary.pods.clear();
+  w.ob.canary.failure_reason = "FailedCreate";
+  w.ob.canary.failure_message =
+      "pods \"glm-canary-x\" is forbidden: violates PodSecurity \"restricted:latest\": "
+      "restricted volume types (volume \"model-artifacts\" uses restricted volume type "
+      "\"nfs\")";
+  const Plan p = step(w);
+  const api::Condition* rb = api::find_condition(p.status.conditions, api::condition::kRolledBack);
+  ASSERT_NE(rb, nullptr);
+  EXPECT_EQ(rb->reason, "CanaryNotCreated");
+  EXPECT_NE(rb->message.find("violates PodSecurity"), std::string::npos) << rb->message;
+  EXPECT_NE(rb->message.find("PersistentVolumeClaim bound to an NFS PersistentVolume"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(RolloutMachine, Transition, ::testing::ValuesIn(rows()),
                          [](const ::testing::TestParamInfo<Row>& p) { return p.param.name; });
 
 // The arithmetic of a canary that fits: every phase of a surge:false stage holds at most
 // spec.replicas pods, and each side grows only into pods the other has released.
 TEST(RolloutMachine, WithoutSurgeNoPhaseAsksForMorePodsThanStableHeld) {
-  for (StagePhase phase : {StagePhase::kDeploying, StagePhase::kAnalyzing, StagePhase::kPromoting,
-                           StagePhase::kRollingBack}) {
+  for (StagePhase phase :
+       {StagePhase::kDeploying, StagePhase::kAnalyzing, StagePhase::kPromoting, StagePhase::kRollingBack}) {
     World w = stage_world(phase);
     w.object["spec"]["replicas"] = 3;
     w.object["spec"]["rollout"]["canary"]["surge"] = false;

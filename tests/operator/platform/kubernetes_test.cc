@@ -172,6 +172,48 @@ TEST(PodState, ReportsWhyTheRuntimeIsNotRunning) {
   EXPECT_FALSE(p.ready);
 }
 
+TEST(PodState, ReadsAnUnschedulablePodAndHowTheRuntimeLastEnded) {
+  Json pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"phase": "Pending",
+      "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                      "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}})");
+  PodState p = pod_state(pod);
+  EXPECT_TRUE(p.unschedulable);
+  EXPECT_EQ(p.schedule_message, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.");
+  pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "runtime",
+      "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+      "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})");
+  p = pod_state(pod);
+  EXPECT_FALSE(p.unschedulable);
+  EXPECT_EQ(p.last_termination_reason, "OOMKilled");
+  EXPECT_EQ(p.last_exit_code, 137);
+}
+
+TEST(WorkloadState, ReadsFailedCreateAndTheUpdateStrategy) {
+  Json d = Json::parse(R"({"metadata": {"generation": 1},
+      "spec": {"replicas": 1, "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
+      "status": {"observedGeneration": 1, "conditions": [{"type": "ReplicaFailure", "status": "True",
+        "reason": "FailedCreate", "message": "pods \"x\" is forbidden: violates PodSecurity"}]}})");
+  WorkloadState w = workload_state(d, {});
+  EXPECT_EQ(w.failure_reason, "FailedCreate");
+  EXPECT_EQ(w.failure_message, "pods \"x\" is forbidden: violates PodSecurity");
+  EXPECT_EQ(w.surge, false);
+  d["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = "25%";
+  d["status"].erase("conditions");
+  w = workload_state(d, {});
+  EXPECT_EQ(w.surge, true);
+  EXPECT_TRUE(w.failure_reason.empty());
+}
+
+TEST(RenderDeployment, RollsWithoutSurgeWhenTheWorkloadMayNotAddAPod) {
+  WorkloadSpec w = workload();
+  Json d = render_deployment(kModel, w);
+  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"], Json({{"maxSurge", 1}, {"maxUnavailable", 0}}));
+  w.surge = false;
+  d = render_deployment(kModel, w);
+  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"], Json({{"maxSurge", 0}, {"maxUnavailable", 1}}));
+  EXPECT_EQ(workload_state(d, {}).surge, false);
+}
+
 TEST(WorkloadState, KnowsWhetherTheControllerCaughtUp) {
   Json d = {
       {"metadata", {{"generation", 3}, {"annotations", {{"serving.infergate.dev/template-hash", "h"}}}}},

@@ -17,6 +17,9 @@ inline constexpr std::string_view kVerified = "Verified";
 inline constexpr std::string_view kProgressing = "Progressing";
 inline constexpr std::string_view kRolledBack = "RolledBack";
 inline constexpr std::string_view kCapacityFits = "CapacityFits";
+// Whether stable's own pods run (False: why not, in the platform's words), kept apart from a stage's
+// canary trouble and from Ready (which counts ready replicas).
+inline constexpr std::string_view kStableHealthy = "StableHealthy";
 inline constexpr std::string_view kTrue = "True";
 inline constexpr std::string_view kFalse = "False";
 inline constexpr std::string_view kUnknown = "Unknown";
