@@ -7,6 +7,8 @@
 #include <regex>
 #include <set>
 
+#include "infergate/operator/api/pod_template.h"
+
 namespace infergate::op::api {
 namespace {
 
@@ -239,6 +241,26 @@ void read_resources(Reader& r, const Json& spec, Resources* out) {
       (std::string_view(which) == "requests" ? out->requests : out->limits) = m;
     }
   }
+  // MIG slices: one per pod (a CUDA process sees a single MIG device), and not mixed with whole GPUs.
+  bool whole = false;
+  std::set<std::string> slices;
+  for (const auto* m : {&out->requests, &out->limits}) {
+    for (const auto& [k, v] : *m) {
+      if (v == "0") continue;
+      if (k.rfind("nvidia.com/mig-", 0) == 0) {
+        slices.insert(k);
+        if (v != "1")
+          r.fail(
+              json_path(m == &out->limits ? "spec.resources.limits" : "spec.resources.requests", k),
+              "one MIG slice per pod: a CUDA process uses a single MIG device, so slices cannot be joined by "
+              "tensor parallelism (use a larger profile, or whole GPUs)");
+      } else if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) {
+        whole = true;
+      }
+    }
+  }
+  if (slices.size() > 1 || (whole && !slices.empty()))
+    r.fail("spec.resources", "ask for one kind of GPU: a MIG slice or whole GPUs, not both");
 }
 
 void read_artifact(Reader& r, const Json& spec, ArtifactSpec* out) {
@@ -392,8 +414,17 @@ void read_rollout(Reader& r, const Json& spec, RolloutSpec* out) {
 }
 
 void read_scheduling(Reader& r, const Json& spec, SchedulingSpec* out) {
+  if (const Json* t = r.object(spec, "podTemplate", "spec", false)) {
+    for (auto& e : parse_pod_template(*t, out))
+      r.fail(std::move(e.path), std::move(e.message), std::move(e.reason));
+  }
   const Json* s = r.object(spec, "scheduling", "spec", false);
   if (!s) return;
+  // The older spelling of three podTemplate fields: either place, never both.
+  for (const char* k : {"nodeSelector", "tolerations", "runtimeClassName"}) {
+    if (s->contains(k) && r.field(spec, "podTemplate") && spec["podTemplate"].contains(k))
+      r.fail("spec.scheduling." + std::string(k), "also set in spec.podTemplate: set it in one place");
+  }
   const std::string p = "spec.scheduling";
   r.string_map(*s, "nodeSelector", p, &out->node_selector);
   if (const Json* t = r.field(*s, "tolerations")) {
@@ -515,11 +546,19 @@ std::map<std::string, double> number_map_from(const Json& obj, std::string_view 
 
 }  // namespace
 
+namespace {
+
+bool is_gpu_resource(const std::string& k) {
+  return (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) || k.rfind("nvidia.com/mig-", 0) == 0;
+}
+
+}  // namespace
+
 int64_t Resources::gpus() const {
   int64_t best = 0;
   for (const auto* m : {&limits, &requests}) {
     for (const auto& [k, v] : *m) {
-      if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) {
+      if (is_gpu_resource(k)) {
         int64_t n = 0;
         for (char c : v) {
           if (c < '0' || c > '9') {
@@ -539,11 +578,13 @@ int64_t Resources::gpus() const {
 std::string Resources::gpu_resource_name() const {
   for (const auto* m : {&limits, &requests}) {
     for (const auto& [k, v] : *m) {
-      if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0 && v != "0") return k;
+      if (is_gpu_resource(k) && v != "0") return k;
     }
   }
   return "";
 }
+
+bool Resources::mig() const { return gpu_resource_name().rfind("nvidia.com/mig-", 0) == 0; }
 
 std::string InferenceModel::key() const {
   return meta.namespace_.empty() ? meta.name : meta.namespace_ + "/" + meta.name;

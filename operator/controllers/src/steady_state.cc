@@ -105,6 +105,16 @@ Result<platform::WorkloadSpec> render_workload(const std::string& model, const a
                                                api::Track track, int32_t replicas, const PlanContext& ctx) {
   INFERGATE_ASSIGN_OR_RETURN(api::EngineCommand engine,
                              api::engine_command(config, model, ctx.layout, ctx.images));
+  for (const auto& e : config.scheduling.env) {
+    const std::string name = e.value("name", "");
+    if (engine.container.env.count(name)) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "spec.podTemplate.env: " + name + " is set by the " +
+                       std::string(api::to_string(config.engine.kind)) +
+                       " engine adapter; drop it from podTemplate.env",
+                   "ConflictingEnv");
+    }
+  }
   platform::WorkloadSpec w;
   w.name = api::workload_name(model, track);
   w.track = track;

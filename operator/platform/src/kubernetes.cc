@@ -108,6 +108,19 @@ std::string selector_string(const std::map<std::string, std::string>& labels) {
   return s;
 }
 
+// Placement and pod-level fields of spec.podTemplate (validated by api::parse_pod_template). The
+// security context, the init container and automountServiceAccountToken stay as rendered.
+void apply_pod_template(const api::SchedulingSpec& t, Json& pod_spec) {
+  if (!t.node_selector.empty()) pod_spec["nodeSelector"] = t.node_selector;
+  if (!t.tolerations.empty()) pod_spec["tolerations"] = t.tolerations;
+  if (!t.runtime_class_name.empty()) pod_spec["runtimeClassName"] = t.runtime_class_name;
+  if (!t.affinity.empty()) pod_spec["affinity"] = t.affinity;
+  if (!t.topology_spread.empty()) pod_spec["topologySpreadConstraints"] = t.topology_spread;
+  if (!t.priority_class_name.empty()) pod_spec["priorityClassName"] = t.priority_class_name;
+  if (!t.service_account_name.empty()) pod_spec["serviceAccountName"] = t.service_account_name;
+  for (const auto& s : t.image_pull_secrets) pod_spec["imagePullSecrets"].push_back({{"name", s}});
+}
+
 }  // namespace
 
 api::Layout kubernetes_layout() { return api::Layout{}; }
@@ -201,10 +214,13 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   runtime["startupProbe"] = probe(spec.engine.liveness_path, 10, 360);
   Json res = resources_json(spec.resources);
   if (!res.empty()) runtime["resources"] = res;
+  // spec.podTemplate's env and mounts go to the serving container only, after the operator's own.
+  for (const auto& e : spec.scheduling.env) runtime["env"].push_back(e);
   Json mounts =
       Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
                    {{"name", "tmp"}, {"mountPath", "/tmp"}}});
   if (spec.engine.needs_shared_memory) mounts.push_back({{"name", "dshm"}, {"mountPath", "/dev/shm"}});
+  for (const auto& m : spec.scheduling.volume_mounts) mounts.push_back(m);
   runtime["volumeMounts"] = mounts;
 
   Json volumes = Json::array(
@@ -214,6 +230,7 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   if (spec.engine.needs_shared_memory) {
     volumes.push_back({{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "8Gi"}}}});
   }
+  for (const auto& v : spec.scheduling.volumes) volumes.push_back(v);
   Json pod_spec = {{"automountServiceAccountToken", false},
                    {"enableServiceLinks", false},
                    {"terminationGracePeriodSeconds", 60},
@@ -226,10 +243,7 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
                    {"initContainers", Json::array({verify})},
                    {"containers", Json::array({runtime})},
                    {"volumes", volumes}};
-  if (!spec.scheduling.node_selector.empty()) pod_spec["nodeSelector"] = spec.scheduling.node_selector;
-  if (!spec.scheduling.tolerations.empty()) pod_spec["tolerations"] = spec.scheduling.tolerations;
-  if (!spec.scheduling.runtime_class_name.empty())
-    pod_spec["runtimeClassName"] = spec.scheduling.runtime_class_name;
+  apply_pod_template(spec.scheduling, pod_spec);
 
   return Json{
       {"apiVersion", "apps/v1"},

@@ -320,7 +320,8 @@ TEST(Decide, ManualPromoteSkipsGatesButNeedsAReadyCanary) {
   in.canary_ready = true;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kPromote);
   // A failed gate still wins over a promote: nothing failing is promoted by accident.
-  in.analysis[1].verdict.outcome = Outcome::kFailed;
+  in.analysis.push_back({"performance", GateVerdict{}});
+  in.analysis.back().verdict.outcome = Outcome::kFailed;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kRollBack);
 }
 
