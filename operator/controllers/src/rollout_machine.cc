@@ -469,6 +469,15 @@ Step on_idle(const RolloutContext& c, RolloutState& s) {
                             what + " does not fit: " + c.ob.stage_capacity->message, gen);
     return step;
   }
+  if (const auto unmeasurable = rollout::unmeasurable_thresholds(c.spec); !unmeasurable.empty()) {
+    // The gates could never pass: refuse the stage before a canary costs anything.
+    std::string why;
+    for (const auto& u : unmeasurable) why += (why.empty() ? "" : "; ") + u.field + ": " + u.why;
+    step.progressing =
+        make(cond::kProgressing, cond::kFalse, "GateNotMeasurable",
+             what + " cannot be judged: " + why + "; remove the threshold or use the bundled engine", gen);
+    return step;
+  }
   const int32_t canary_replicas = canary_size(c);
   auto rendered = render(c, s0.to, api::Track::kCanary, canary_replicas);
   if (!rendered.ok()) {

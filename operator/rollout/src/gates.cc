@@ -405,6 +405,23 @@ GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec
                  *canary.requests, canary.errors.value_or(0), min_requests);
 }
 
+std::vector<UnmeasurableThreshold> unmeasurable_thresholds(const api::InferenceModelSpec& spec) {
+  std::vector<UnmeasurableThreshold> out;
+  if (spec.engine.kind == api::EngineKind::kBundled) return out;
+  const std::string engine(api::to_string(spec.engine.kind));
+  const auto& p = spec.rollout.performance;
+  const std::string base = "spec.rollout.gates.performance.";
+  auto add = [&](const std::optional<double>& threshold, const char* field, std::string_view metric) {
+    if (!threshold) return;
+    out.push_back({base + field, "the performance gate reads " + std::string(metric) + ", which the " +
+                                     engine + " engine does not export (only the bundled runtime does)"});
+  };
+  add(p.max_ttft_p95_ratio, "maxTTFTP95Ratio", kTtftMetric);
+  add(p.max_tpot_p95_ratio, "maxTPOTP95Ratio", kTpotMetric);
+  add(p.max_error_rate, "maxErrorRate", kErrorsMetric);
+  return out;
+}
+
 Decision decide(const StageInputs& in) {
   Decision d;
   auto roll_back = [&](std::string gate, std::string reason, std::string message) {

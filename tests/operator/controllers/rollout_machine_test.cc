@@ -241,6 +241,17 @@ const std::vector<Row>& rows() {
        {},
        {"KvCacheTooLarge"},
        "KvCacheTooLarge"},
+      {"IdleRefusesAStageWhoseThresholdTheEngineCannotMeasure",
+       [] {
+         World w = idle_world();
+         w.object["spec"]["engine"] = {{"kind", "vllm"}, {"image", "vllm/vllm-openai:v0.9.2"}};
+         w.object["spec"]["rollout"]["gates"] = {{"performance", {{"maxTTFTP95Ratio", 1.5}}}};
+         return w;
+       },
+       StagePhase::kIdle,
+       {},
+       {},
+       "GateNotMeasurable"},
       {"IdleWithoutSurgeShrinksStableFirstAndTheCanaryWaitsForThePod",
        [] {
          World w = idle_world();

@@ -272,6 +272,21 @@ StageInputs all_passed() {
   return in;
 }
 
+TEST(GateAdmission, PerformanceThresholdsAreMeasurableOnlyOnTheBundledRuntime) {
+  api::InferenceModelSpec spec;
+  spec.rollout.performance.max_ttft_p95_ratio = 1.5;
+  spec.rollout.performance.max_error_rate = 0.01;
+  EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
+  spec.engine.kind = api::EngineKind::kSglang;
+  auto u = unmeasurable_thresholds(spec);
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(u[0].field, "spec.rollout.gates.performance.maxTTFTP95Ratio");
+  EXPECT_NE(u[0].why.find("infergate_time_to_first_token_seconds"), std::string::npos);
+  spec.rollout.performance = {};
+  spec.rollout.quality.max_mean_kl = 0.01;  // not judged here: the eval Job talks to the OpenAI API
+  EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
+}
+
 TEST(Decide, PromotesOnlyWhenEveryGatePassedAndTheWindowIsOver) {
   EXPECT_EQ(decide(all_passed()).kind, Decision::Kind::kPromote);
   StageInputs in = all_passed();

@@ -122,6 +122,19 @@ struct PromTrack {
 GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec, const PromTrack& stable,
                                             const PromTrack& canary, double min_requests = 1);
 
+// ---- Admission: thresholds an engine cannot be measured on ----
+
+// A threshold of spec.rollout.gates that cannot be measured on the spec's engine, with why. A stage
+// with one is refused before any canary starts (Progressing=False, GateNotMeasurable), rather than
+// running to an Inconclusive verdict that can only roll back. Today the performance gate reads the
+// infergate_* metrics (kTtftMetric, ...), which only the bundled runtime exports; an engine adapter
+// that maps its own metric names makes its thresholds measurable and drops them from this list.
+struct UnmeasurableThreshold {
+  std::string field;  // "spec.rollout.gates.performance.maxTTFTP95Ratio"
+  std::string why;
+};
+std::vector<UnmeasurableThreshold> unmeasurable_thresholds(const api::InferenceModelSpec& spec);
+
 // ---- Decisions ----
 
 // One gate's verdict, by name ("quality", "performance", or an engine's own gate).
@@ -139,8 +152,8 @@ struct PodFailure {
 
 // What the stage state machine knows at one reconcile.
 struct StageInputs {
-  GateVerdict verification;      // the canary pods' agent verdicts
-  bool canary_ready = false;     // every canary replica of the revision ready
+  GateVerdict verification;   // the canary pods' agent verdicts
+  bool canary_ready = false;  // every canary replica of the revision ready
   std::optional<PodFailure> pod_failure;
   bool deadline_passed = false;  // not verified and ready within progressDeadlineSeconds
   // The analysis gates in order (analysis_gates() in the controller): each must clear to promote,
@@ -162,8 +175,9 @@ struct Decision {
 };
 
 // Safety first: abort, then a failed verification, a canary pod that cannot run, the progress
-// deadline, a failed or inconclusive analysis gate (the first in order) roll back; a person's promote skips the remaining gates (once the canary is
-// ready); paused holds; everything passed and the window over promotes; otherwise wait.
+// deadline, a failed or inconclusive analysis gate (the first in order) roll back; a person's promote skips
+// the remaining gates (once the canary is ready); paused holds; everything passed and the window over
+// promotes; otherwise wait.
 Decision decide(const StageInputs& in);
 
 }  // namespace infergate::op::rollout
