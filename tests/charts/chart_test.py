@@ -24,8 +24,9 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 VARIANTS = {
     "default": {},
     "ha": {"replicaCount": 3},
-    "leader-one-replica": {"leaderElection": {"enabled": True}},
-    "one-namespace": {"watchNamespace": "models"},
+    "no-leader": {"leaderElection": {"enabled": False}},
+    "one-namespace": {"watchNamespaces": ["models"]},
+    "namespaces": {"watchNamespaces": ["models", "team-b"], "rbac": {"trustSecretNames": ["model-signing-key"]}},
     "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                    "podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "custom-images": {
@@ -131,8 +132,8 @@ class ChartLints(unittest.TestCase):
 class ChartRenders(unittest.TestCase):
     def test_default_values_render_the_operator_its_identity_rbac_metrics_and_pdb(self):
         kinds = sorted({o["kind"] for o in rendered("default")})
-        self.assertEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget",
-                                 "Role", "RoleBinding", "Service", "ServiceAccount"])
+        self.assertEqual(kinds, ["ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy",
+                                 "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"])
 
     def test_the_crd_is_installed_from_the_chart(self):
         crds = by_kind(render(HELM, {}, include_crds=True), "CustomResourceDefinition")
@@ -167,7 +168,7 @@ class ChartRenders(unittest.TestCase):
         ep = pm["spec"]["podMetricsEndpoints"][0]
         self.assertEqual((ep["port"], ep["path"]), ("http", "/metrics"))
         self.assertEqual({r["targetLabel"] for r in ep["relabelings"]}, {"model", "track"})
-        scoped = one(render(HELM, {"watchNamespace": "models", "podMonitor": {"enabled": True}}), "PodMonitor")
+        scoped = one(render(HELM, {"watchNamespaces": ["models"], "podMonitor": {"enabled": True}}), "PodMonitor")
         self.assertEqual(scoped["spec"]["namespaceSelector"], {"matchNames": ["models"]})
 
     def test_prometheus_rule_carries_the_alerts_file_verbatim(self):
@@ -215,15 +216,24 @@ class ChartRenders(unittest.TestCase):
 
 
 class LeaderElection(unittest.TestCase):
-    def test_one_replica_runs_without_leader_election_and_never_two_at_once(self):
+    def test_leader_election_is_on_by_default_so_the_operator_rolls_without_two_acting(self):
         objs = rendered("default")
+        dep = one(objs, "Deployment")
+        args = args_of(dep)
+        self.assertIs(flag(args, "--leader-elect"), True)
+        self.assertEqual(dep["spec"]["strategy"]["type"], "RollingUpdate")
+        self.assertEqual(dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0)
+        self.assertEqual(flag(args, "--leader-elect-lease-duration"), "15s")
+
+    def test_without_leader_election_one_replica_is_recreated_never_two_at_once(self):
+        objs = rendered("no-leader")
         dep = one(objs, "Deployment")
         self.assertIsNone(flag(args_of(dep), "--leader-elect"))
         self.assertEqual(dep["spec"]["strategy"]["type"], "Recreate")
         self.assertFalse([g for g in granted(objs) if g[1] == "leases"])
 
     def test_replicas_above_one_turn_leader_election_on_with_the_lease_in_the_release_namespace(self):
-        objs = rendered("ha")
+        objs = render(HELM, {"replicaCount": 3, "leaderElection": {"enabled": False}})
         dep = one(objs, "Deployment")
         args = args_of(dep)
         self.assertEqual(dep["spec"]["replicas"], 3)
@@ -235,8 +245,31 @@ class LeaderElection(unittest.TestCase):
         leases = {(g[2], g[3], g[4]) for g in granted(objs) if g[1] == "leases"}
         self.assertEqual(leases, {(v, NAMESPACE, "Role") for v in ("get", "create", "update")})
 
-    def test_leader_election_can_be_asked_for_with_one_replica(self):
-        self.assertIs(flag(args_of(one(rendered("leader-one-replica"), "Deployment")), "--leader-elect"), True)
+    def test_lease_timings_the_operator_would_refuse_fail_helm_template(self):
+        for values, needle in (({"renewDeadline": "15s"}, "leaseDuration (15s) must be longer"),
+                               ({"retryPeriod": "10s"}, "renewDeadline (10s) must be longer"),
+                               ({"retryPeriod": "2h"}, "leaderElection.retryPeriod")):
+            with self.subTest(values=values):
+                with self.assertRaises(chartlib.RenderError) as ctx:
+                    render(HELM, {"leaderElection": values})
+                self.assertIn(needle, ctx.exception.stderr)
+        render(HELM, {"leaderElection": {"leaseDuration": "1m", "renewDeadline": "40s", "retryPeriod": "500ms"}})
+
+
+class NetworkPolicy(unittest.TestCase):
+    def test_metrics_are_reachable_only_from_the_peers_given_and_probes_from_anywhere(self):
+        objs = rendered("default")
+        policy, dep = one(objs, "NetworkPolicy"), one(objs, "Deployment")
+        self.assertEqual(policy["spec"]["podSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"])
+        self.assertEqual(policy["spec"]["policyTypes"], ["Ingress"])
+        rules = {tuple(p["port"] for p in r["ports"]): r.get("from") for r in policy["spec"]["ingress"]}
+        self.assertEqual(set(rules), {("health",), ("metrics",)})
+        self.assertIsNone(rules[("health",)])
+        self.assertEqual(rules[("metrics",)][0]["podSelector"]["matchLabels"],
+                         {"app.kubernetes.io/name": "prometheus"})
+        ports = {p["name"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        self.assertEqual(ports, {"health", "metrics"})
+        self.assertFalse(by_kind(render(HELM, {"networkPolicy": {"enabled": False}}), "NetworkPolicy"))
 
 
 class PodSecurity(unittest.TestCase):
@@ -322,13 +355,30 @@ class Rbac(unittest.TestCase):
                                     if any("secrets" in r["resources"] for r in o["rules"]))
         self.assertEqual(ns_of(rendered("default")), [NAMESPACE])
         self.assertEqual(ns_of(rendered("one-namespace")), ["models"])
+        self.assertEqual(ns_of(rendered("namespaces")), ["models", "team-b"])
 
-    def test_watching_one_namespace_grants_a_role_there_and_no_cluster_role(self):
-        objs = rendered("one-namespace")
-        self.assertFalse(by_kind(objs, "ClusterRole") + by_kind(objs, "ClusterRoleBinding"))
-        self.assertEqual(flag(args_of(one(objs, "Deployment")), "--namespace"), "models")
-        models = {(g, r, v) for g, r, v, ns, kind in granted(objs) if ns == "models"}
-        self.assertIn(("serving.infergate.dev", "inferencemodels", "watch"), models)
+    def test_watching_namespaces_grants_a_role_in_each_and_cluster_wide_only_the_crd_read(self):
+        for name, namespaces in (("one-namespace", ["models"]), ("namespaces", ["models", "team-b"])):
+            objs = rendered(name)
+            with self.subTest(variant=name):
+                self.assertEqual(flag(args_of(one(objs, "Deployment")), "--namespace"), ",".join(namespaces))
+                cluster = {(g, r, v) for g, r, v, ns, kind in granted(objs, kinds=("ClusterRole",))}
+                self.assertEqual(cluster, {("apiextensions.k8s.io", "customresourcedefinitions", "get")})
+                for ns in namespaces:
+                    mine = {(g, r, v) for g, r, v, n, kind in granted(objs) if n == ns}
+                    self.assertIn(("serving.infergate.dev", "inferencemodels", "watch"), mine)
+                    self.assertIn(("apps", "deployments", "patch"), mine)
+                    self.assertIn(("", "secrets", "get"), mine)
+
+    def test_the_crd_is_readable_by_name_only(self):
+        for name in VARIANTS:
+            reader = [o for o in by_kind(rendered(name), "ClusterRole") if o["metadata"]["name"].endswith("-crd-reader")]
+            with self.subTest(variant=name):
+                self.assertEqual(len(reader), 1)
+                self.assertEqual(reader[0]["rules"], [{"apiGroups": ["apiextensions.k8s.io"],
+                                                       "resources": ["customresourcedefinitions"],
+                                                       "resourceNames": ["inferencemodels.serving.infergate.dev"],
+                                                       "verbs": ["get"]}])
 
     def test_bindings_name_the_operators_service_account_and_an_existing_role(self):
         for name in VARIANTS:
@@ -408,7 +458,8 @@ class ValuesSchema(unittest.TestCase):
         ("securityContext.privileged=true", "privileged"),
         ("leaderElection.leaseDuration=fifteen", "leaderElection.leaseDuration"),
         ("resyncPeriod=-5m", "resyncPeriod"),
-        ("watchNamespace=Models_1", "watchNamespace"),
+        ("watchNamespaces[0]=Models_1", "watchNamespaces"),
+        ("leaderElection.renewDeadline=20s", "must be longer than leaderElection.renewDeadline"),
         ("rbac.trustSecretNamespaces[0]=UPPER", "rbac.trustSecretNamespaces"),
         ("metrics.port=70000", "metrics.port"),
         ("serviceMonitor.interval=often", "serviceMonitor.interval"),

@@ -60,12 +60,40 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) -}}true{{- end -}}
 {{- end -}}
 
-{{/* The namespaces in which the operator may get trust-key Secrets, as a list. */}}
+{{/* The namespaces in which the operator may get trust-key Secrets, as a list: every watched one, or
+rbac.trustSecretNamespaces (default: the release namespace) when every namespace is watched. */}}
 {{- define "infergate.trustSecretNamespaces" -}}
-{{- if .Values.rbac.trustSecretNamespaces -}}
+{{- if .Values.watchNamespaces -}}
+{{- toJson .Values.watchNamespaces -}}
+{{- else if .Values.rbac.trustSecretNamespaces -}}
 {{- toJson .Values.rbac.trustSecretNamespaces -}}
 {{- else -}}
-{{- toJson (list (default .Release.Namespace .Values.watchNamespace)) -}}
+{{- toJson (list .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A lease timing ("500ms", "10s", "1m") in milliseconds. */}}
+{{- define "infergate.ms" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "ms" $d -}}{{ trimSuffix "ms" $d | int }}
+{{- else if hasSuffix "s" $d -}}{{ mul (trimSuffix "s" $d | int) 1000 }}
+{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60000 }}
+{{- else -}}{{ fail (printf "%s is not a lease timing (a number and ms, s or m)" $d) }}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator refuses lease timings that are not leaseDuration > renewDeadline > retryPeriod: refuse
+them here, at helm template, rather than with an operator that exits at start. */}}
+{{- define "infergate.checkLeaderElection" -}}
+{{- $l := .Values.leaderElection -}}
+{{- $lease := include "infergate.ms" $l.leaseDuration | int -}}
+{{- $renew := include "infergate.ms" $l.renewDeadline | int -}}
+{{- $retry := include "infergate.ms" $l.retryPeriod | int -}}
+{{- if le $renew $retry -}}
+{{- fail (printf "leaderElection.renewDeadline (%s) must be longer than leaderElection.retryPeriod (%s)" $l.renewDeadline $l.retryPeriod) -}}
+{{- end -}}
+{{- if le $lease $renew -}}
+{{- fail (printf "leaderElection.leaseDuration (%s) must be longer than leaderElection.renewDeadline (%s)" $l.leaseDuration $l.renewDeadline) -}}
 {{- end -}}
 {{- end -}}
 
@@ -104,4 +132,15 @@ rules:
   - apiGroups: [""]
     resources: [events]
     verbs: [create, patch]
+{{- end }}
+
+{{/* Trust-key Secrets: get only (a metadata-only read of the Secret a model names). */}}
+{{- define "infergate.secretRule" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  {{- with .Values.rbac.trustSecretNames }}
+  resourceNames:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  verbs: [get]
 {{- end }}

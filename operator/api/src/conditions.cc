@@ -5,6 +5,12 @@
 
 namespace infergate::op::api {
 
+Condition make_condition(std::string_view type, std::string_view status, std::string reason,
+                         std::string message, int64_t generation) {
+  return Condition{std::string(type),  std::string(status), std::move(reason),
+                   std::move(message), generation,          {}};
+}
+
 bool set_condition(std::vector<Condition>& conditions, Condition c, WallTime now) {
   // Kubernetes stores metav1.Time with seconds precision; keep ours the same so that a value read
   // back compares equal to the one written.

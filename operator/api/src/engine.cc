@@ -133,6 +133,9 @@ Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const
   append(e.container.args, c.engine.args);
   e.liveness_path = "/healthz";
   e.readiness_path = "/readyz";
+  // Tensor parallelism over several GPUs: NCCL's shared-memory transport needs more than the
+  // container runtime's 64 MiB /dev/shm.
+  e.needs_shared_memory = c.resources.gpus() > 1;
   return e;
 }
 

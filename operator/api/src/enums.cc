@@ -34,6 +34,16 @@ constexpr std::array<std::pair<StageName, std::string_view>, 4> kStages{{
     {StageName::kArtifact, "artifact"},
 }};
 
+// Idle is not here: it is never stored (no status.stage at all).
+constexpr std::array<std::pair<StagePhase, std::string_view>, 6> kPhases{{
+    {StagePhase::kDeploying, "Deploying"},
+    {StagePhase::kVerifying, "Verifying"},
+    {StagePhase::kAnalyzing, "Analyzing"},
+    {StagePhase::kPromoting, "Promoting"},
+    {StagePhase::kRollingBack, "RollingBack"},
+    {StagePhase::kFailed, "Failed"},
+}};
+
 template <class E, size_t N>
 std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& table, E v) {
   for (const auto& [e, s] : table) {
@@ -69,6 +79,7 @@ std::string_view to_string(WeightFormat v) { return name_of(kWeightFormats, v); 
 std::string_view to_string(KvCacheDtype v) { return name_of(kKvDtypes, v); }
 std::string_view to_string(EngineKind v) { return name_of(kEngines, v); }
 std::string_view to_string(StageName v) { return name_of(kStages, v); }
+std::string_view to_string(StagePhase v) { return v == StagePhase::kIdle ? "Idle" : name_of(kPhases, v); }
 
 Result<WeightFormat> parse_weight_format(std::string_view text, std::string_view path) {
   return parse_of(kWeightFormats, text, path);
@@ -83,10 +94,15 @@ Result<StageName> parse_stage_name(std::string_view text, std::string_view path)
   return parse_of(kStages, text, path);
 }
 
+Result<StagePhase> parse_stage_phase(std::string_view text, std::string_view path) {
+  return parse_of(kPhases, text, path);
+}
+
 std::vector<std::string_view> weight_format_names() { return names_of(kWeightFormats); }
 std::vector<std::string_view> kv_cache_dtype_names() { return names_of(kKvDtypes); }
 std::vector<std::string_view> engine_kind_names() { return names_of(kEngines); }
 std::vector<std::string_view> stage_names() { return names_of(kStages); }
+std::vector<std::string_view> stage_phase_names() { return names_of(kPhases); }
 
 int bits_per_element(KvCacheDtype v) {
   switch (v) {

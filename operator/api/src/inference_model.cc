@@ -7,6 +7,8 @@
 #include <regex>
 #include <set>
 
+#include "infergate/operator/api/pod_template.h"
+
 namespace infergate::op::api {
 namespace {
 
@@ -239,6 +241,26 @@ void read_resources(Reader& r, const Json& spec, Resources* out) {
       (std::string_view(which) == "requests" ? out->requests : out->limits) = m;
     }
   }
+  // MIG slices: one per pod (a CUDA process sees a single MIG device), and not mixed with whole GPUs.
+  bool whole = false;
+  std::set<std::string> slices;
+  for (const auto* m : {&out->requests, &out->limits}) {
+    for (const auto& [k, v] : *m) {
+      if (v == "0") continue;
+      if (k.rfind("nvidia.com/mig-", 0) == 0) {
+        slices.insert(k);
+        if (v != "1")
+          r.fail(
+              json_path(m == &out->limits ? "spec.resources.limits" : "spec.resources.requests", k),
+              "one MIG slice per pod: a CUDA process uses a single MIG device, so slices cannot be joined by "
+              "tensor parallelism (use a larger profile, or whole GPUs)");
+      } else if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) {
+        whole = true;
+      }
+    }
+  }
+  if (slices.size() > 1 || (whole && !slices.empty()))
+    r.fail("spec.resources", "ask for one kind of GPU: a MIG slice or whole GPUs, not both");
 }
 
 // spec.artifact.trust.formats and .identities, and the rules that tie them to the other trust fields.
@@ -430,8 +452,17 @@ void read_rollout(Reader& r, const Json& spec, RolloutSpec* out) {
 }
 
 void read_scheduling(Reader& r, const Json& spec, SchedulingSpec* out) {
+  if (const Json* t = r.object(spec, "podTemplate", "spec", false)) {
+    for (auto& e : parse_pod_template(*t, out))
+      r.fail(std::move(e.path), std::move(e.message), std::move(e.reason));
+  }
   const Json* s = r.object(spec, "scheduling", "spec", false);
   if (!s) return;
+  // The older spelling of three podTemplate fields: either place, never both.
+  for (const char* k : {"nodeSelector", "tolerations", "runtimeClassName"}) {
+    if (s->contains(k) && r.field(spec, "podTemplate") && spec["podTemplate"].contains(k))
+      r.fail("spec.scheduling." + std::string(k), "also set in spec.podTemplate: set it in one place");
+  }
   const std::string p = "spec.scheduling";
   r.string_map(*s, "nodeSelector", p, &out->node_selector);
   if (const Json* t = r.field(*s, "tolerations")) {
@@ -553,11 +584,19 @@ std::map<std::string, double> number_map_from(const Json& obj, std::string_view 
 
 }  // namespace
 
+namespace {
+
+bool is_gpu_resource(const std::string& k) {
+  return (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) || k.rfind("nvidia.com/mig-", 0) == 0;
+}
+
+}  // namespace
+
 int64_t Resources::gpus() const {
   int64_t best = 0;
   for (const auto* m : {&limits, &requests}) {
     for (const auto& [k, v] : *m) {
-      if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0) {
+      if (is_gpu_resource(k)) {
         int64_t n = 0;
         for (char c : v) {
           if (c < '0' || c > '9') {
@@ -577,11 +616,13 @@ int64_t Resources::gpus() const {
 std::string Resources::gpu_resource_name() const {
   for (const auto* m : {&limits, &requests}) {
     for (const auto& [k, v] : *m) {
-      if (k.size() > 4 && k.compare(k.size() - 4, 4, "/gpu") == 0 && v != "0") return k;
+      if (is_gpu_resource(k) && v != "0") return k;
     }
   }
   return "";
 }
+
+bool Resources::mig() const { return gpu_resource_name().rfind("nvidia.com/mig-", 0) == 0; }
 
 std::string InferenceModel::key() const {
   return meta.namespace_.empty() ? meta.name : meta.namespace_ + "/" + meta.name;
@@ -710,7 +751,7 @@ Json status_to_json(const InferenceModelStatus& s) {
   if (s.stage) {
     Json st = {{"name", s.stage->name},
                {"revision", s.stage->revision},
-               {"phase", s.stage->phase},
+               {"phase", std::string(to_string(s.stage->phase))},
                {"startedAt", time_json(s.stage->started_at)},
                {"gateResults", Json::array()}};
     if (!s.stage->from_revision.empty()) st["fromRevision"] = s.stage->from_revision;
@@ -785,7 +826,8 @@ Result<InferenceModelStatus> parse_status(const Json& j) {
     StageStatus st;
     INFERGATE_ASSIGN_OR_RETURN(st.name, json_string(*it, "name", "status.stage"));
     INFERGATE_ASSIGN_OR_RETURN(st.revision, json_string_or(*it, "revision", "", "status.stage"));
-    INFERGATE_ASSIGN_OR_RETURN(st.phase, json_string_or(*it, "phase", "", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(std::string phase, json_string(*it, "phase", "status.stage"));
+    INFERGATE_ASSIGN_OR_RETURN(st.phase, parse_stage_phase(phase, "status.stage.phase"));
     st.started_at = parse_time_or(*it, "startedAt");
     INFERGATE_ASSIGN_OR_RETURN(st.from_revision, json_string_or(*it, "fromRevision", "", "status.stage"));
     if (it->contains("analysisStartedAt")) st.analysis_started_at = parse_time_or(*it, "analysisStartedAt");

@@ -45,6 +45,20 @@ Json canonical_json(const PodConfig& c) {
       ids.push_back({{"subject", id.subject}, {"issuer", id.issuer}});
     trust["identities"] = std::move(ids);
   }
+  Json scheduling = {{"nodeSelector", c.scheduling.node_selector},
+                     {"tolerations", c.scheduling.tolerations},
+                     {"runtimeClassName", c.scheduling.runtime_class_name}};
+  // spec.podTemplate's other fields, only when set: a configuration without them keeps the revision
+  // it had before they existed (no stage for an operator upgrade).
+  const SchedulingSpec& t = c.scheduling;
+  if (!t.affinity.empty()) scheduling["affinity"] = t.affinity;
+  if (!t.topology_spread.empty()) scheduling["topologySpreadConstraints"] = t.topology_spread;
+  if (!t.priority_class_name.empty()) scheduling["priorityClassName"] = t.priority_class_name;
+  if (!t.service_account_name.empty()) scheduling["serviceAccountName"] = t.service_account_name;
+  if (!t.image_pull_secrets.empty()) scheduling["imagePullSecrets"] = t.image_pull_secrets;
+  if (!t.env.empty()) scheduling["env"] = t.env;
+  if (!t.volumes.empty()) scheduling["volumes"] = t.volumes;
+  if (!t.volume_mounts.empty()) scheduling["volumeMounts"] = t.volume_mounts;
   return Json{
       {"artifact", {{"volume", volume}, {"path", c.artifact.path}, {"trust", trust}}},
       {"engine",
@@ -59,10 +73,7 @@ Json canonical_json(const PodConfig& c) {
         {"maxContextLength", c.serving.max_context_length},
         {"maxConcurrency", c.serving.max_concurrency}}},
       {"resources", {{"requests", c.resources.requests}, {"limits", c.resources.limits}}},
-      {"scheduling",
-       {{"nodeSelector", c.scheduling.node_selector},
-        {"tolerations", c.scheduling.tolerations},
-        {"runtimeClassName", c.scheduling.runtime_class_name}}},
+      {"scheduling", scheduling},
   };
 }
 
@@ -150,6 +161,25 @@ Result<PodConfig> pod_config_from_json(const Json& j) {
   if (auto tol = sc.find("tolerations"); tol != sc.end() && tol->is_array()) c.scheduling.tolerations = *tol;
   INFERGATE_ASSIGN_OR_RETURN(c.scheduling.runtime_class_name,
                              json_string_or(sc, "runtimeClassName", "", p + ".scheduling"));
+  // What canonical_json wrote (and parse_pod_template validated before): read back as it was.
+  auto json_of = [&](const char* key, Json& out, bool array) {
+    auto it = sc.find(key);
+    if (it != sc.end() && (array ? it->is_array() : it->is_object())) out = *it;
+  };
+  json_of("affinity", c.scheduling.affinity, false);
+  json_of("topologySpreadConstraints", c.scheduling.topology_spread, true);
+  json_of("env", c.scheduling.env, true);
+  json_of("volumes", c.scheduling.volumes, true);
+  json_of("volumeMounts", c.scheduling.volume_mounts, true);
+  INFERGATE_ASSIGN_OR_RETURN(c.scheduling.priority_class_name,
+                             json_string_or(sc, "priorityClassName", "", p + ".scheduling"));
+  INFERGATE_ASSIGN_OR_RETURN(c.scheduling.service_account_name,
+                             json_string_or(sc, "serviceAccountName", "", p + ".scheduling"));
+  if (auto ips = sc.find("imagePullSecrets"); ips != sc.end() && ips->is_array()) {
+    for (const auto& x : *ips) {
+      if (x.is_string()) c.scheduling.image_pull_secrets.push_back(x.get<std::string>());
+    }
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "infergate/common/log.h"
+#include "infergate/operator/api/crd_check.h"
 #include "infergate/operator/capacity/planner_capacity.h"
 
 namespace infergate::op::app {
@@ -86,7 +87,12 @@ void add_flags(CLI::App& app, OperatorOptions& o) {
   app.add_option("--kubeconfig", o.kubeconfig,
                  "kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)");
   app.add_option("--context", o.context, "kubeconfig context (default: current-context)");
-  app.add_option("--namespace", o.namespace_, "watch InferenceModels in this namespace only (default: all)");
+  app.add_option("--namespace", o.namespaces,
+                 "watch InferenceModels in these namespaces only (repeat, or comma-separated; default: all)")
+      ->delimiter(',');
+  app.add_option("--check-crd", o.check_crd,
+                 "refuse to start when the installed CRD lacks the status fields this operator writes")
+      ->capture_default_str();
   app.add_flag("--leader-elect", o.leader_elect,
                "elect one active replica through a coordination.k8s.io Lease");
   app.add_option("--leader-elect-namespace", o.leader_elect_namespace,
@@ -168,28 +174,32 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   app->manager_ = std::make_unique<manager::Manager>(*app->client_, mo, clock, app->metrics_);
   manager::Manager& m = *app->manager_;
 
-  // Informers: InferenceModels, and the objects the operator owns (by its managed-by label).
-  cache::InformerConfig models_cfg;
-  models_cfg.watcher.namespace_ = options.namespace_;
-  models_cfg.resync_period = options.resync_period;
-  cache::Informer& models = m.cache().add(client::kinds::inference_model(), models_cfg);
-  cache::InformerConfig owned_cfg;
-  owned_cfg.watcher.namespace_ = options.namespace_;
-  owned_cfg.watcher.label_selector =
-      std::string(api::labels::kManagedBy) + "=" + std::string(api::labels::kManagedByValue);
-  owned_cfg.resync_period = std::chrono::seconds(0);  // the models' resync covers their children
-  auto trimmed = [&owned_cfg](std::function<void(Json&)> trim) {
-    cache::InformerConfig c = owned_cfg;
-    c.transform = std::move(trim);
-    return c;
-  };
-  cache::Informer& deployments =
-      m.cache().add(client::kinds::deployment(), trimmed(platform::trim_deployment));
-  cache::Informer& services = m.cache().add(client::kinds::service(), trimmed(platform::trim_owned));
-  cache::Informer& pods = m.cache().add(client::kinds::pod(), trimmed(platform::trim_pod));
-  cache::Informer& jobs = m.cache().add(client::kinds::job(), trimmed(platform::trim_owned));
-  for (cache::Informer* inf : {&deployments, &services, &pods, &jobs}) {
-    inf->store().add_index(std::string(platform::kModelIndex), platform::model_index_values);
+  // Informers per watched namespace: InferenceModels, and the objects the operator owns (by its
+  // managed-by label).
+  std::vector<std::string> namespaces = options.namespaces;
+  if (namespaces.empty()) namespaces.push_back("");  // every namespace
+  std::vector<cache::Informer*> models, deployments, services, pods, jobs;
+  for (const std::string& ns : namespaces) {
+    cache::InformerConfig models_cfg;
+    models_cfg.watcher.namespace_ = ns;
+    models_cfg.resync_period = options.resync_period;
+    models.push_back(&m.cache().add(client::kinds::inference_model(), models_cfg));
+    cache::InformerConfig owned_cfg;
+    owned_cfg.watcher.namespace_ = ns;
+    owned_cfg.watcher.label_selector =
+        std::string(api::labels::kManagedBy) + "=" + std::string(api::labels::kManagedByValue);
+    owned_cfg.resync_period = std::chrono::seconds(0);  // the models' resync covers their children
+    auto owned = [&](const client::ResourceKind& kind, std::function<void(Json&)> trim) {
+      cache::InformerConfig c = owned_cfg;
+      c.transform = std::move(trim);
+      cache::Informer& inf = m.cache().add(kind, c);
+      inf.store().add_index(std::string(platform::kModelIndex), platform::model_index_values);
+      return &inf;
+    };
+    deployments.push_back(owned(client::kinds::deployment(), platform::trim_deployment));
+    services.push_back(owned(client::kinds::service(), platform::trim_owned));
+    pods.push_back(owned(client::kinds::pod(), platform::trim_pod));
+    jobs.push_back(owned(client::kinds::job(), platform::trim_owned));
   }
 
   client::Client& writes = m.write_client();
@@ -213,16 +223,20 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
 
   // Our own status writes come back as updates: they need no reconcile (status is derived from the
   // spec and the world, both of which are watched). Anything else, and every resync, does.
-  models.add_handler(
-      cache::EventHandler{[&controller](const Json& o) { controller.enqueue(client::object_key(o)); },
-                          [&controller](const Json& old_obj, const Json& new_obj) {
-                            if (!only_status_changed(old_obj, new_obj))
-                              controller.enqueue(client::object_key(new_obj));
-                          },
-                          [&controller](const Json& o) { controller.enqueue(client::object_key(o)); }});
-  for (cache::Informer* inf : {&deployments, &services, &jobs})
-    inf->add_handler(enqueue_by(controller, owner_key));
-  pods.add_handler(enqueue_by(controller, model_label_key));
+  for (cache::Informer* inf : models) {
+    inf->add_handler(
+        cache::EventHandler{[&controller](const Json& o) { controller.enqueue(client::object_key(o)); },
+                            [&controller](const Json& old_obj, const Json& new_obj) {
+                              if (!only_status_changed(old_obj, new_obj))
+                                controller.enqueue(client::object_key(new_obj));
+                            },
+                            [&controller](const Json& o) { controller.enqueue(client::object_key(o)); }});
+  }
+  for (const auto* kind : {&deployments, &services, &jobs}) {
+    for (cache::Informer* inf : *kind) inf->add_handler(enqueue_by(controller, owner_key));
+  }
+  for (cache::Informer* inf : pods) inf->add_handler(enqueue_by(controller, model_label_key));
+  app->check_crd_ = options.check_crd;
   return app;
 }
 
@@ -232,6 +246,32 @@ OperatorApp::~OperatorApp() {
 }
 
 Status OperatorApp::run() {
+  if (check_crd_) {
+    // Helm never upgrades crds/: a newer operator on an older CRD would have its new status fields
+    // pruned by the API server and rewrite status on every reconcile. Refuse that at start.
+    auto crd = client_->get(client::kinds::custom_resource_definition(), "", api::kCrdName);
+    if (!crd.ok()) {
+      if (crd.error().code() == ErrorCode::kPermissionDenied) {
+        return Error(ErrorCode::kPermissionDenied,
+                     "cannot read CustomResourceDefinition " + std::string(api::kCrdName) +
+                         " to check its schema (403): grant \"get\" on "
+                         "customresourcedefinitions.apiextensions.k8s.io with resourceNames [" +
+                         std::string(api::kCrdName) + "] (the chart does), or start with --check-crd=false",
+                     "CrdUnreadable");
+      }
+      return std::move(crd).error().context("checking the InferenceModel CRD");
+    }
+    if (auto missing = api::crd_schema_gaps(*crd); !missing.empty()) {
+      std::string fields;
+      for (const auto& f : missing) fields += (fields.empty() ? "" : ", ") + f;
+      return Error(ErrorCode::kFailedPrecondition,
+                   "the installed CRD " + std::string(api::kCrdName) +
+                       " is older than this operator: its schema lacks " + fields +
+                       ", which the API server would prune from every status write. Upgrade it first "
+                       "(Helm never upgrades crds/): kubectl apply --server-side -f charts/infergate/crds/",
+                   "CrdOutdated");
+    }
+  }
   Status st = manager_->run();
   events_->flush();
   return st;
@@ -273,11 +313,12 @@ int run_operator(const OperatorOptions& options) {
     log::info("signal received: stopping", {{"signal", sig}});
     raw->stop();
   });
-  log::info("infergate-operator starting",
-            {{"identity", raw->identity()},
-             {"namespace", options.namespace_.empty() ? "(all)" : options.namespace_},
-             {"leader_elect", options.leader_elect},
-             {"workers", options.workers}});
+  std::string watched;
+  for (const auto& ns : options.namespaces) watched += (watched.empty() ? "" : ",") + ns;
+  log::info("infergate-operator starting", {{"identity", raw->identity()},
+                                            {"namespaces", watched.empty() ? std::string("(all)") : watched},
+                                            {"leader_elect", options.leader_elect},
+                                            {"workers", options.workers}});
   Status st = raw->run();
   (void)pthread_kill(waiter.native_handle(), SIGUSR1);  // release the waiter if no signal came
   waiter.join();

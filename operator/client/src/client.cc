@@ -52,6 +52,11 @@ const ResourceKind& inference_model() {
                               std::string(api::kKind), true};
   return k;
 }
+const ResourceKind& custom_resource_definition() {
+  static const ResourceKind k{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                              "CustomResourceDefinition", false};
+  return k;
+}
 }  // namespace kinds
 
 std::string_view to_string(WatchEventType t) {

@@ -52,8 +52,9 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
       INFERGATE_ASSIGN_OR_RETURN(platform::JobState job,
                                  platform_.observe_job(ref, api::quality_job_name(name, stage->revision)));
       ob.quality_job = job;
-      const bool running =
-          stage->phase == "Deploying" || stage->phase == "Verifying" || stage->phase == "Analyzing";
+      const bool running = stage->phase == api::StagePhase::kDeploying ||
+                           stage->phase == api::StagePhase::kVerifying ||
+                           stage->phase == api::StagePhase::kAnalyzing;
       if (running && rollout::performance_configured(in.spec->rollout.performance)) {
         ob.performance = analyzer_.measure(ref, *in.spec, *stage, ob.stable, ob.canary);
       }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "infergate/operator/api/conditions.h"
+#include "infergate/operator/controllers/pod_trouble.h"
 
 namespace infergate::op::controllers {
 namespace {
@@ -11,11 +12,7 @@ namespace {
 namespace cond = api::condition;
 using platform::EventRecord;
 
-api::Condition make(std::string_view type, std::string_view status, std::string reason, std::string message,
-                    int64_t generation) {
-  return api::Condition{std::string(type),  std::string(status), std::move(reason),
-                        std::move(message), generation,          {}};
-}
+constexpr auto make = api::make_condition;
 
 // Whether a condition is new or its status or reason moved since the last status: the moments worth
 // telling users about.
@@ -53,8 +50,8 @@ void condition_events(const api::InferenceModelStatus& before, Plan& plan) {
       plan.events.push_back({EventRecord::Type::kWarning, r->reason, r->message});
     }
   }
-  if (const auto* c = transitioned(before, after, cond::kCapacityFits)) {
-    if (c->status == cond::kFalse)
+  for (auto type : {cond::kCapacityFits, cond::kStableHealthy}) {
+    if (const auto* c = transitioned(before, after, type); c && c->status == cond::kFalse)
       plan.events.push_back({EventRecord::Type::kWarning, c->reason, c->message});
   }
 }
@@ -70,23 +67,6 @@ void blocked(Plan& plan, const ModelInput& in, const std::string& reason, const 
 }
 
 std::string plural(int n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
-
-// The first thing keeping a pod from being ready, for the Ready message.
-std::string blocking_pod(const platform::WorkloadState& w) {
-  for (const auto& p : w.pods) {
-    if (p.deleting || p.ready) continue;
-    if (!p.verify.waiting_reason.empty() && p.verify.waiting_reason != "PodInitializing") {
-      return "pod " + p.name + ": verify: " + p.verify.waiting_reason;
-    }
-    if (!p.waiting_reason.empty() && p.waiting_reason != "PodInitializing" &&
-        p.waiting_reason != "ContainerCreating") {
-      std::string s = "pod " + p.name + ": " + p.waiting_reason;
-      if (!p.message.empty()) s += ": " + p.message.substr(0, 512);
-      return s;
-    }
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -125,6 +105,16 @@ Result<platform::WorkloadSpec> render_workload(const std::string& model, const a
                                                api::Track track, int32_t replicas, const PlanContext& ctx) {
   INFERGATE_ASSIGN_OR_RETURN(api::EngineCommand engine,
                              api::engine_command(config, model, ctx.layout, ctx.images));
+  for (const auto& e : config.scheduling.env) {
+    const std::string name = e.value("name", "");
+    if (engine.container.env.count(name)) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "spec.podTemplate.env: " + name + " is set by the " +
+                       std::string(api::to_string(config.engine.kind)) +
+                       " engine adapter; drop it from podTemplate.env",
+                   "ConflictingEnv");
+    }
+  }
   platform::WorkloadSpec w;
   w.name = api::workload_name(model, track);
   w.track = track;
@@ -149,6 +139,19 @@ platform::EndpointSpec render_endpoint(const std::string& model) {
   e.labels.erase(std::string(api::labels::kTrack));
   e.port = 80;
   return e;
+}
+
+bool is_applied(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec) {
+  return observed.exists && observed.template_hash == spec.template_hash() &&
+         observed.replicas == spec.replicas && (!observed.surge || *observed.surge == spec.surge);
+}
+
+bool runs_fully(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec) {
+  if (!is_applied(observed, spec) || !observed.observed_current) return false;
+  for (const auto& p : observed.pods) {
+    if (!p.deleting && p.revision != spec.revision) return false;
+  }
+  return observed.updated_replicas >= spec.replicas && observed.ready_replicas >= spec.replicas;
 }
 
 PodVerdicts verification_from_pods(const platform::WorkloadState& workload, const std::string& revision) {
@@ -204,6 +207,21 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
     return finish();
   }
+  if (ob.trust && *ob.trust == platform::TrustState::kForbidden) {
+    // Waiting does not fix RBAC: say which permission is missing and which chart value grants it.
+    blocked(plan, in, "TrustKeyForbidden",
+            "the operator may not read Secret \"" + spec.artifact.trust.public_key_secret +
+                "\" in namespace " + in.meta.namespace_ +
+                " (403 Forbidden): it needs \"get\" on secrets there. With the Helm chart, "
+                "add \"" +
+                in.meta.namespace_ +
+                "\" to rbac.trustSecretNamespaces (when every namespace is "
+                "watched) or to watchNamespaces, and the Secret's name to rbac.trustSecretNames if that list "
+                "is set; nothing is deployed until then",
+            ctx);
+    plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
+    return finish();
+  }
   const api::PodConfig pc = target ? target->config : api::pod_config(spec);
   auto rendered =
       render_workload(name, pc, api::Track::kStable, target ? target->replicas : spec.replicas, ctx);
@@ -212,6 +230,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     blocked(plan, in, reason, rendered.error().message(), ctx);
     return finish();
   }
+  rendered->surge = spec.rollout.canary.surge;  // no room for a surge pod for canaries, none for updates
   const platform::WorkloadSpec& wl = *rendered;
   if (ob.capacity) {
     api::set_condition(st.conditions,
@@ -228,8 +247,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
 
   // Actions: only what differs from what the platform reports.
   const std::string hash = wl.template_hash();
-  const bool need_apply =
-      !ob.stable.exists || ob.stable.template_hash != hash || ob.stable.replicas != wl.replicas;
+  const bool need_apply = !is_applied(ob.stable, wl);
   if (need_apply) {
     plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, "", {}});
     std::string what = "revision " + wl.revision + " (" + wl.summary + ")";
@@ -240,7 +258,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     } else if (ob.stable.template_hash != hash) {
       plan.events.push_back(
           {EventRecord::Type::kNormal, "Deploying", "updating workload " + wl.name + " to " + what});
-    } else {
+    } else if (ob.stable.replicas != wl.replicas) {
       plan.events.push_back({EventRecord::Type::kNormal, "Scaling",
                              "scaling workload " + wl.name + " from " + std::to_string(ob.stable.replicas) +
                                  " to " + plural(wl.replicas, "replica")});
@@ -252,13 +270,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   }
 
   const int32_t desired = wl.replicas;
-  bool all_current = true;
-  for (const auto& p : ob.stable.pods) {
-    if (!p.deleting && p.revision != wl.revision) all_current = false;
-  }
-  const bool current = ob.stable.exists && !need_apply && ob.stable.observed_current;
-  const bool rolled_out =
-      current && all_current && ob.stable.updated_replicas >= desired && ob.stable.ready_replicas >= desired;
+  const bool rolled_out = runs_fully(ob.stable, wl);
 
   // Verified: from the agent's verdicts in the pods of the desired revision.
   const PodVerdicts verdicts = verification_from_pods(ob.stable, wl.revision);
@@ -298,7 +310,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
       rc.release_digest = st.stable->release_digest;
       rc.release_version = st.stable->release_version;
     }
-    if (!st.stable || st.stable->revision != rc.revision) {
+    if ((!st.stable || st.stable->revision != rc.revision) && !(target && target->promotion)) {
       st.history.push_back(
           api::HistoryEntry{"", rc.revision, "Deployed", "RolledOut",
                             rc.summary + (rc.release_digest.empty() ? "" : " " + rc.release_digest),
@@ -309,6 +321,17 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
                                  (rc.release_digest.empty() ? "" : " from release " + rc.release_digest)});
     }
     st.stable = rc;
+  }
+
+  // StableHealthy: stable's own pods, whatever revision they run (a rolling update's new pods too).
+  const std::optional<PodTrouble> trouble = workload_trouble(ob.stable, "");
+  if (ob.stable.exists) {
+    api::set_condition(st.conditions,
+                       trouble ? make(cond::kStableHealthy, cond::kFalse, trouble->reason,
+                                      trouble->message + trouble_hint(*trouble), gen)
+                               : make(cond::kStableHealthy, cond::kTrue, "PodsRunning",
+                                      "no stable pod is failing to run", gen),
+                       ctx.now);
   }
 
   // Ready and Progressing.
@@ -326,10 +349,10 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
                                 verdicts.refused.front().second.describe(),
                             gen),
                        ctx.now);
-  } else if (std::string blocker = blocking_pod(ob.stable); !blocker.empty()) {
-    api::set_condition(st.conditions,
-                       make(cond::kReady, cond::kFalse, "PodsNotReady", counts + "; " + blocker, gen),
-                       ctx.now);
+  } else if (trouble) {
+    api::set_condition(
+        st.conditions,
+        make(cond::kReady, cond::kFalse, "PodsNotReady", counts + "; " + trouble->message, gen), ctx.now);
   } else {
     api::set_condition(st.conditions, make(cond::kReady, cond::kFalse, "WaitingForReplicas", counts, gen),
                        ctx.now);

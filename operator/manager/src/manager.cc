@@ -19,7 +19,7 @@ Manager::Manager(client::Client& api, ManagerOptions options, Clock& clock, Oper
     std::vector<const cache::Informer*> out;
     for (const auto* kind : {&client::kinds::inference_model(), &client::kinds::deployment(),
                              &client::kinds::service(), &client::kinds::pod(), &client::kinds::job()}) {
-      if (auto* inf = cache_.informer(*kind)) out.push_back(inf);
+      for (const auto* inf : cache_.informers(*kind)) out.push_back(inf);
     }
     return out;
   });

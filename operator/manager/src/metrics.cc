@@ -144,6 +144,7 @@ std::string OperatorMetrics::scrape() const {
       for (const auto* inf : list) {
         prometheus::ClientMetric m;
         m.label.push_back({"resource", inf->kind().resource()});
+        if (!inf->watched_namespace().empty()) m.label.push_back({"namespace", inf->watched_namespace()});
         m.counter.value = static_cast<double>(inf->stats().*d.field);
         f.metric.push_back(std::move(m));
       }
@@ -156,6 +157,7 @@ std::string OperatorMetrics::scrape() const {
     for (const auto* inf : list) {
       prometheus::ClientMetric m;
       m.label.push_back({"resource", inf->kind().resource()});
+      if (!inf->watched_namespace().empty()) m.label.push_back({"namespace", inf->watched_namespace()});
       m.gauge.value = static_cast<double>(inf->store().size());
       objects.metric.push_back(std::move(m));
     }

@@ -108,6 +108,19 @@ std::string selector_string(const std::map<std::string, std::string>& labels) {
   return s;
 }
 
+// Placement and pod-level fields of spec.podTemplate (validated by api::parse_pod_template). The
+// security context, the init container and automountServiceAccountToken stay as rendered.
+void apply_pod_template(const api::SchedulingSpec& t, Json& pod_spec) {
+  if (!t.node_selector.empty()) pod_spec["nodeSelector"] = t.node_selector;
+  if (!t.tolerations.empty()) pod_spec["tolerations"] = t.tolerations;
+  if (!t.runtime_class_name.empty()) pod_spec["runtimeClassName"] = t.runtime_class_name;
+  if (!t.affinity.empty()) pod_spec["affinity"] = t.affinity;
+  if (!t.topology_spread.empty()) pod_spec["topologySpreadConstraints"] = t.topology_spread;
+  if (!t.priority_class_name.empty()) pod_spec["priorityClassName"] = t.priority_class_name;
+  if (!t.service_account_name.empty()) pod_spec["serviceAccountName"] = t.service_account_name;
+  for (const auto& s : t.image_pull_secrets) pod_spec["imagePullSecrets"].push_back({{"name", s}});
+}
+
 }  // namespace
 
 api::Layout kubernetes_layout() { return api::Layout{}; }
@@ -135,7 +148,7 @@ void trim_metadata(Json& obj) {
 
 void trim_deployment(Json& d) {
   trim_metadata(d);
-  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector"});
+  if (auto spec = d.find("spec"); spec != d.end()) keep_only(*spec, {"replicas", "selector", "strategy"});
   keep_only(d, {"apiVersion", "kind", "metadata", "spec", "status"});
 }
 
@@ -201,10 +214,13 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   runtime["startupProbe"] = probe(spec.engine.liveness_path, 10, 360);
   Json res = resources_json(spec.resources);
   if (!res.empty()) runtime["resources"] = res;
+  // spec.podTemplate's env and mounts go to the serving container only, after the operator's own.
+  for (const auto& e : spec.scheduling.env) runtime["env"].push_back(e);
   Json mounts =
       Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
                    {{"name", "tmp"}, {"mountPath", "/tmp"}}});
   if (spec.engine.needs_shared_memory) mounts.push_back({{"name", "dshm"}, {"mountPath", "/dev/shm"}});
+  for (const auto& m : spec.scheduling.volume_mounts) mounts.push_back(m);
   runtime["volumeMounts"] = mounts;
 
   Json volumes = Json::array(
@@ -214,6 +230,7 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   if (spec.engine.needs_shared_memory) {
     volumes.push_back({{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "8Gi"}}}});
   }
+  for (const auto& v : spec.scheduling.volumes) volumes.push_back(v);
   Json pod_spec = {{"automountServiceAccountToken", false},
                    {"enableServiceLinks", false},
                    {"terminationGracePeriodSeconds", 60},
@@ -226,10 +243,7 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
                    {"initContainers", Json::array({verify})},
                    {"containers", Json::array({runtime})},
                    {"volumes", volumes}};
-  if (!spec.scheduling.node_selector.empty()) pod_spec["nodeSelector"] = spec.scheduling.node_selector;
-  if (!spec.scheduling.tolerations.empty()) pod_spec["tolerations"] = spec.scheduling.tolerations;
-  if (!spec.scheduling.runtime_class_name.empty())
-    pod_spec["runtimeClassName"] = spec.scheduling.runtime_class_name;
+  apply_pod_template(spec.scheduling, pod_spec);
 
   return Json{
       {"apiVersion", "apps/v1"},
@@ -245,9 +259,11 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
       {"spec",
        {{"replicas", spec.replicas},
         {"selector", {{"matchLabels", selector}}},
-        // Never lose serving capacity during an update: add the new pod before removing an old one.
+        // surge: never lose serving capacity during an update (add the new pod before removing an old
+        // one); without: never hold more pods, and so GPUs, than replicas (remove one first).
         {"strategy",
-         {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
+         {{"type", "RollingUpdate"},
+          {"rollingUpdate", {{"maxSurge", spec.surge ? 1 : 0}, {"maxUnavailable", spec.surge ? 0 : 1}}}}},
         {"template",
          {{"metadata",
            {{"labels", pod_labels}, {"annotations", {{std::string(api::annotations::kTemplateHash), hash}}}}},
@@ -285,9 +301,14 @@ PodState pod_state(const Json& pod) {
             : phase == "Failed"                   ? PodState::Phase::kFailed
             : phase == "Pending" || phase.empty() ? PodState::Phase::kPending
                                                   : PodState::Phase::kUnknown;
-  if (auto c = status.find("conditions"); c != status.end() && c->is_array()) {
-    for (const auto& cond : *c) {
-      if (cond.is_object() && cond.value("type", "") == "Ready") p.ready = cond.value("status", "") == "True";
+  for (const auto& cond : list_member(status, "conditions")) {
+    if (!cond.is_object()) continue;
+    const std::string type = cond.value("type", "");
+    if (type == "Ready") p.ready = cond.value("status", "") == "True";
+    if (type == "PodScheduled" && cond.value("status", "") == "False" &&
+        cond.value("reason", "") == "Unschedulable") {
+      p.unschedulable = true;
+      p.schedule_message = str(cond, "message");
     }
   }
   std::string ip = str(status, "podIP");
@@ -310,6 +331,7 @@ PodState pod_state(const Json& pod) {
       }
     } else if (state.contains("waiting")) {
       p.verify.waiting_reason = str(member(state, "waiting"), "reason");
+      p.verify.waiting_message = str(member(state, "waiting"), "message");
       if (last.contains("terminated")) from_terminated(member(last, "terminated"));
     }
   }
@@ -321,8 +343,12 @@ PodState pod_state(const Json& pod) {
       p.waiting_reason = str(member(state, "waiting"), "reason");
       p.message = str(member(state, "waiting"), "message");
     }
-    if (last.contains("terminated") && !str(member(last, "terminated"), "message").empty()) {
-      p.message = str(member(last, "terminated"), "message");  // why the runtime exited (its own words)
+    if (last.contains("terminated")) {
+      const Json& t = member(last, "terminated");
+      p.last_termination_reason = str(t, "reason");
+      p.last_exit_code = integer(t, "exitCode");
+      if (!str(t, "message").empty())
+        p.message = str(t, "message");  // why the runtime exited (its own words)
     }
   }
   if (!ip.empty()) {
@@ -428,6 +454,16 @@ WorkloadState workload_state(const Json& d, const std::vector<const Json*>& pods
   int64_t generation = member(d, "metadata").value("generation", int64_t{0});
   int64_t observed = status.value("observedGeneration", int64_t{0});
   w.observed_current = observed >= generation;
+  // The ReplicaSet's refusal to create a pod, as the Deployment controller copies it.
+  for (const auto& c : list_member(status, "conditions")) {
+    if (c.is_object() && c.value("type", "") == "ReplicaFailure" && c.value("status", "") == "True") {
+      w.failure_reason = str(c, "reason");
+      w.failure_message = str(c, "message");
+    }
+  }
+  // maxSurge 0 (an integer or "0%") is the no-surge strategy; anything else, or none, surges.
+  const Json& surge = member(member(spec, "strategy"), "rollingUpdate").value("maxSurge", Json(1));
+  w.surge = !(surge == Json(0) || surge == Json("0") || surge == Json("0%"));
   for (const Json* p : pods) w.pods.push_back(pod_state(*p));
   std::sort(w.pods.begin(), w.pods.end(),
             [](const PodState& a, const PodState& b) { return a.name < b.name; });
@@ -495,6 +531,7 @@ Result<TrustState> KubernetesPlatform::check_trust(const ModelRef& model, const 
   }
   trust_seen_.erase(key);
   if (client::is_not_found(s.error())) return TrustState::kMissing;
+  if (s.error().code() == ErrorCode::kPermissionDenied) return TrustState::kForbidden;
   return std::move(s).error().context("checking the trust key Secret");
 }
 

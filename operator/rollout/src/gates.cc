@@ -1,6 +1,7 @@
 // Gate verdicts and the stage decision.
 #include "infergate/operator/rollout/gates.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -404,6 +405,23 @@ GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec
                  *canary.requests, canary.errors.value_or(0), min_requests);
 }
 
+std::vector<UnmeasurableThreshold> unmeasurable_thresholds(const api::InferenceModelSpec& spec) {
+  std::vector<UnmeasurableThreshold> out;
+  if (spec.engine.kind == api::EngineKind::kBundled) return out;
+  const std::string engine(api::to_string(spec.engine.kind));
+  const auto& p = spec.rollout.performance;
+  const std::string base = "spec.rollout.gates.performance.";
+  auto add = [&](const std::optional<double>& threshold, const char* field, std::string_view metric) {
+    if (!threshold) return;
+    out.push_back({base + field, "the performance gate reads " + std::string(metric) + ", which the " +
+                                     engine + " engine does not export (only the bundled runtime does)"});
+  };
+  add(p.max_ttft_p95_ratio, "maxTTFTP95Ratio", kTtftMetric);
+  add(p.max_tpot_p95_ratio, "maxTPOTP95Ratio", kTpotMetric);
+  add(p.max_error_rate, "maxErrorRate", kErrorsMetric);
+  return out;
+}
+
 Decision decide(const StageInputs& in) {
   Decision d;
   auto roll_back = [&](std::string gate, std::string reason, std::string message) {
@@ -420,16 +438,14 @@ Decision decide(const StageInputs& in) {
   }
   if (in.verification.blocks())
     return roll_back(std::string(kVerificationGate), in.verification.reason, in.verification.message);
-  if (!in.runtime_failure.empty())
-    return roll_back("readiness", "CanaryNotServing",
-                     "a canary pod's runtime is failing: " + in.runtime_failure);
+  if (in.pod_failure) return roll_back("readiness", in.pod_failure->reason, in.pod_failure->message);
   if (in.deadline_passed && !in.canary_ready)
     return roll_back(
         "readiness", "ProgressDeadlineExceeded",
         "the canary was not verified and ready within spec.rollout.canary.progressDeadlineSeconds");
-  if (in.quality.blocks()) return roll_back(std::string(kQualityGate), in.quality.reason, in.quality.message);
-  if (in.performance.blocks())
-    return roll_back(std::string(kPerformanceGate), in.performance.reason, in.performance.message);
+  for (const auto& g : in.analysis) {
+    if (g.verdict.blocks()) return roll_back(g.gate, g.verdict.reason, g.verdict.message);
+  }
   if (in.promote_requested && in.canary_ready) {
     d.kind = Decision::Kind::kPromote;
     d.reason = "PromotedManually";
@@ -437,8 +453,9 @@ Decision decide(const StageInputs& in) {
     return d;
   }
   if (in.paused) return d;
-  if (in.canary_ready && in.verification.clears() && in.quality.clears() && in.performance.clears() &&
-      in.window_elapsed) {
+  const bool gates_clear = std::all_of(in.analysis.begin(), in.analysis.end(),
+                                       [](const NamedVerdict& g) { return g.verdict.clears(); });
+  if (in.canary_ready && in.verification.clears() && gates_clear && in.window_elapsed) {
     d.kind = Decision::Kind::kPromote;
     d.reason = "GatesPassed";
     d.message = "every gate passed";

@@ -244,7 +244,7 @@ TEST(InferenceModelStatus, RoundTripsThroughJson) {
   s.stage = StageStatus{};
   s.stage->name = "kvCache";
   s.stage->revision = "0123456789";
-  s.stage->phase = "Analyzing";
+  s.stage->phase = StagePhase::kAnalyzing;
   s.stage->started_at = t;
   s.stage->gate_results = {
       GateResult{"quality", "Passed", "ok", {{"meanKL", 0.001}}, {{"maxMeanKL", 0.01}}, t}};

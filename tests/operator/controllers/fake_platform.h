@@ -56,6 +56,7 @@ class FakePlatform final : public platform::Platform {
     s.replicas = spec.replicas;
     s.updated_replicas = spec.replicas;
     s.observed_current = true;
+    s.surge = spec.surge;
     for (int i = 0; i < spec.replicas; ++i) {
       FakePod f = pods(spec, i);
       platform::PodState p;

@@ -158,9 +158,14 @@ TEST_F(Rollout, WeightsThenKvCacheEachThroughACanaryThenPromoted) {
   step();
   EXPECT_EQ(phase(), "Analyzing");
   clock_.advance(2s);
-  step();  // -> Promoting: stable takes the canary's configuration
+  step();  // -> Promoting: the canary gives its pod up first (room for stable's surge pod)
+  EXPECT_EQ(phase(), "Promoting");
+  EXPECT_EQ(platform_.workload("glm-canary")->replicas, 0);
+  EXPECT_EQ(platform_.workload("glm")->summary, "fp16/fp16 ctx=4096 x8");
+  step();  // stable takes the canary's configuration, never more than stable + canary pods
   EXPECT_EQ(platform_.workload("glm")->summary, "int8/fp16 ctx=4096 x8");
-  EXPECT_TRUE(platform_.workload("glm-canary").has_value()) << "the canary serves until stable has rolled";
+  EXPECT_EQ(platform_.workload("glm")->replicas, 2);
+  EXPECT_TRUE(platform_.workload("glm")->surge);
   step();  // stable rolled out -> promoted, canary gone
   EXPECT_EQ(status()["stable"]["summary"], "int8/fp16 ctx=4096 x8");
   EXPECT_FALSE(platform_.workload("glm-canary").has_value());
@@ -171,7 +176,7 @@ TEST_F(Rollout, WeightsThenKvCacheEachThroughACanaryThenPromoted) {
   EXPECT_EQ(platform_.workload("glm-canary")->summary, "int8/int8 ctx=4096 x8");
   step();
   clock_.advance(61s);
-  steps(3);
+  steps(4);
   EXPECT_EQ(status()["stable"]["summary"], "int8/int8 ctx=4096 x8");
   EXPECT_FALSE(status().contains("stage"));
   EXPECT_FALSE(platform_.workload("glm-canary").has_value());
@@ -380,24 +385,36 @@ TEST_F(Rollout, WithoutSurgeTheCanaryTakesAStablePodAndStableNeverGoesBelowTheRe
     m["spec"]["replicas"] = 3;
     m["spec"]["rollout"]["canary"]["surge"] = false;
   });
+  EXPECT_FALSE(platform_.workload("glm")->surge) << "no room for a surge pod: updates remove one first";
   change([](Json& spec) {
     spec["serving"]["weightFormat"] = "int8";
     spec["artifact"]["path"] = "glm/int8";
   });
+  // Pods held (stable + canary) after every step: never more than the 3 stable held, never fewer
+  // than 2 serving stable pods.
+  auto held = [&] {
+    auto stable = platform_.workload("glm");
+    auto canary = platform_.workload("glm-canary");
+    return (stable ? stable->replicas : 0) + (canary ? canary->replicas : 0);
+  };
   step();
   EXPECT_EQ(platform_.workload("glm")->replicas, 2);
-  EXPECT_EQ(platform_.workload("glm-canary")->replicas, 1);
-  // The stable is scaled down before the canary is created (its GPU goes to the canary).
-  auto log = platform_.log();
-  auto scale = std::find(log.begin(), log.end(), "apply glm " + platform_.workload("glm")->revision + " x2");
-  auto canary = std::find_if(log.begin(), log.end(),
-                             [](const std::string& l) { return l.rfind("apply glm-canary", 0) == 0; });
-  EXPECT_LT(scale, canary);
+  EXPECT_EQ(platform_.workload("glm-canary")->replicas, 0) << "the canary waits for stable's pod to go";
+  EXPECT_LE(held(), 3);
+  step();
+  EXPECT_EQ(platform_.workload("glm-canary")->replicas, 1) << "the released pod's GPUs go to the canary";
+  EXPECT_LE(held(), 3);
   step();  // canary verified and ready: the window opens
   clock_.advance(61s);
-  steps(4);
+  for (int i = 0; i < 8 && status().contains("stage"); ++i) {
+    step();
+    EXPECT_LE(held(), 3) << "step " << i;
+    EXPECT_GE(platform_.workload("glm")->replicas, 2) << "step " << i;
+  }
   EXPECT_EQ(status()["stable"]["weightFormat"], "int8") << status().dump(2);
   EXPECT_EQ(platform_.workload("glm")->replicas, 3);
+  EXPECT_FALSE(platform_.workload("glm-canary").has_value());
+  EXPECT_EQ(status()["history"].back()["outcome"], "Promoted") << status()["history"].dump(1);
 }
 
 TEST_F(Rollout, PausedHoldsAStageAndResumeLetsItPromote) {
@@ -414,7 +431,7 @@ TEST_F(Rollout, PausedHoldsAStageAndResumeLetsItPromote) {
   steps(3);
   EXPECT_EQ(phase(), "Analyzing") << "paused: no promotion even with the window over";
   annotate("serving.infergate.dev/paused", "");
-  steps(2);
+  steps(3);
   EXPECT_EQ(status()["stable"]["weightFormat"], "int8");
 }
 
@@ -427,7 +444,7 @@ TEST_F(Rollout, PromoteNowSkipsTheRestOfTheWindow) {
   step();
   EXPECT_EQ(phase(), "Analyzing");
   annotate("serving.infergate.dev/promote", status()["stage"]["revision"].get<std::string>());
-  steps(2);
+  steps(3);
   EXPECT_EQ(status()["stable"]["weightFormat"], "int8");
   EXPECT_EQ(status()["history"].back()["reason"], "PromotedManually");
 }
@@ -472,7 +489,7 @@ TEST_F(Rollout, ARestartedOperatorResumesTheStageWithoutASecondCanary) {
   EXPECT_EQ(status()["stage"]["analysisStartedAt"], before["analysisStartedAt"]);
   EXPECT_EQ(platform_.canary_applies(), applies);
   clock_.advance(31s);
-  steps(2);
+  steps(3);
   EXPECT_EQ(status()["stable"]["weightFormat"], "int8");
 }
 

@@ -322,5 +322,44 @@ TEST(SteadyState, ScaledToZeroIsNotReadyWithoutAlarm) {
   EXPECT_FALSE(has_event(p, "ScaledToZero"));
 }
 
+TEST(SteadyState, StablesOwnTroubleHasItsOwnConditionAndOneWarning) {
+  ModelInput in = input();
+  Observed ob = serving(in, 1);
+  ob.stable.pods[1].ready = false;
+  ob.stable.pods[1].unschedulable = true;
+  ob.stable.pods[1].schedule_message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.";
+  Plan p = plan_steady_state(in, ob, ctx());
+  const api::Condition* h = api::find_condition(p.status.conditions, api::condition::kStableHealthy);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->status, "False");
+  EXPECT_EQ(h->reason, "Unschedulable");
+  EXPECT_NE(h->message.find("Insufficient nvidia.com/gpu"), std::string::npos);
+  const api::Condition* r = api::find_condition(p.status.conditions, api::condition::kReady);
+  EXPECT_NE(r->message.find("Unschedulable"), std::string::npos) << r->message;
+  int warnings = 0;
+  for (const auto& e : p.events) warnings += e.reason == "Unschedulable";
+  EXPECT_EQ(warnings, 1);
+  // The same trouble again: no new event, no change.
+  in.status = p.status;
+  Plan again = plan_steady_state(in, ob, ctx(t0() + 60s));
+  EXPECT_EQ(api::status_to_json(again.status), api::status_to_json(p.status));
+  for (const auto& e : again.events) EXPECT_NE(e.reason, "Unschedulable");
+}
+
+TEST(SteadyState, AForbiddenTrustSecretNamesThePermissionAndTheChartValue) {
+  ModelInput in = input();
+  Observed ob;
+  ob.trust = platform::TrustState::kForbidden;
+  Plan p = plan_steady_state(in, ob, ctx());
+  EXPECT_TRUE(p.actions.empty());
+  const api::Condition* r = api::find_condition(p.status.conditions, api::condition::kReady);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->reason, "TrustKeyForbidden");
+  EXPECT_NE(r->message.find("\"get\" on secrets"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("rbac.trustSecretNamespaces"), std::string::npos);
+  ASSERT_TRUE(p.next.requeue().has_value()) << "looked at again later, not in a hot loop";
+  EXPECT_GE(*p.next.requeue(), std::chrono::seconds(1));
+}
+
 }  // namespace
 }  // namespace infergate::op::controllers

@@ -2,14 +2,10 @@
 // the trust Secret, and the simulated Deployment controller and kubelet.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <thread>
 
 #include "fixtures/cluster_simulator.h"
+#include "fixtures/http_server.h"
 #include "infergate/operator/api/inference_model.h"
 #include "infergate/operator/app/operator_app.h"
 #include "testing.h"
@@ -54,25 +50,7 @@ inline Json condition_of(const Json& obj, const std::string& type) {
 
 // A GET over plain HTTP on loopback: (status code, body).
 inline std::pair<int, std::string> http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return {0, ""};
-  }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string resp;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  int code = resp.size() > 12 ? std::atoi(resp.c_str() + 9) : 0;
-  size_t body = resp.find("\r\n\r\n");
-  return {code, body == std::string::npos ? "" : resp.substr(body + 4)};
+  return infergate::testing::loopback_get(port, path);
 }
 
 class OperatorFixture : public ::testing::Test {
@@ -108,6 +86,9 @@ class OperatorFixture : public ::testing::Test {
   void start_operator(app::OperatorOptions o) {
     auto cfg = config_for(*server_);
     cfg.namespace_ = "default";
+    start_operator(std::move(o), std::move(cfg));
+  }
+  void start_operator(app::OperatorOptions o, client::RestConfig cfg) {
     auto a = app::OperatorApp::create(o, cfg);
     ASSERT_TRUE(a.ok()) << a.error().to_string();
     app_ = std::move(*a);

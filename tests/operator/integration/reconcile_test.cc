@@ -177,11 +177,17 @@ TEST_F(Reconcile, ABrokenWatchLosesNoEvent) {
 
 TEST_F(Reconcile, AnInvalidSpecGetsAConditionAndAnEventAndNothingIsDeployed) {
   start_operator();
-  Json bad = model_json("bad", "fp9");  // the fake server does not validate: the operator must
+  // The API server's schema refuses what it describes (422, the field named) ...
+  auto refused = server_->create(kModels, model_json("bad", "fp9"));
+  ASSERT_EQ(refused.status, 422) << refused.body.dump();
+  EXPECT_NE(refused.body["message"].get<std::string>().find("spec.serving.kvCacheDtype"), std::string::npos);
+  // ... and the operator refuses the rest itself (here what a CEL rule says, which the fake does not run).
+  Json bad = model_json("bad");
+  bad["spec"]["artifact"]["path"] = "glm/../secrets";
   ASSERT_EQ(server_->create(kModels, bad).status, 201);
   ASSERT_TRUE(wait_condition("bad", "Ready", "False", "InvalidSpec"));
   Json c = condition_of(get_model("bad"), "Ready");
-  EXPECT_NE(c["message"].get<std::string>().find("spec.serving.kvCacheDtype"), std::string::npos);
+  EXPECT_NE(c["message"].get<std::string>().find("spec.artifact.path"), std::string::npos) << c.dump();
   EXPECT_TRUE(eventually([&] { return !events_for("bad", "InvalidSpec").empty(); }));
   EXPECT_EQ(server_->get(kDeploys + "/bad").status, 404);
   // A combination the engine cannot run is refused the same way.

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "api/testdata.h"
 #include "infergate/operator/controllers/steady_state.h"
 
@@ -170,6 +172,95 @@ TEST(PodState, ReportsWhyTheRuntimeIsNotRunning) {
   EXPECT_EQ(p.waiting_reason, "CrashLoopBackOff");
   EXPECT_EQ(p.message, "int4 KV is not supported on this device");
   EXPECT_FALSE(p.ready);
+}
+
+TEST(PodState, ReadsAnUnschedulablePodAndHowTheRuntimeLastEnded) {
+  Json pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"phase": "Pending",
+      "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                      "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}})");
+  PodState p = pod_state(pod);
+  EXPECT_TRUE(p.unschedulable);
+  EXPECT_EQ(p.schedule_message, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.");
+  pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "runtime",
+      "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+      "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})");
+  p = pod_state(pod);
+  EXPECT_FALSE(p.unschedulable);
+  EXPECT_EQ(p.last_termination_reason, "OOMKilled");
+  EXPECT_EQ(p.last_exit_code, 137);
+}
+
+TEST(WorkloadState, ReadsFailedCreateAndTheUpdateStrategy) {
+  Json d = Json::parse(R"({"metadata": {"generation": 1},
+      "spec": {"replicas": 1, "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
+      "status": {"observedGeneration": 1, "conditions": [{"type": "ReplicaFailure", "status": "True",
+        "reason": "FailedCreate", "message": "pods \"x\" is forbidden: violates PodSecurity"}]}})");
+  WorkloadState w = workload_state(d, {});
+  EXPECT_EQ(w.failure_reason, "FailedCreate");
+  EXPECT_EQ(w.failure_message, "pods \"x\" is forbidden: violates PodSecurity");
+  EXPECT_EQ(w.surge, false);
+  d["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = "25%";
+  d["status"].erase("conditions");
+  w = workload_state(d, {});
+  EXPECT_EQ(w.surge, true);
+  EXPECT_TRUE(w.failure_reason.empty());
+}
+
+TEST(RenderDeployment, AppliesThePodTemplateButNeverToTheAgentOrTheSecurityContext) {
+  WorkloadSpec w = workload([](Json& j) {
+    j["spec"]["podTemplate"] = Json::parse(R"({
+      "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "inference-high",
+      "serviceAccountName": "serving", "nodeSelector": {"pool": "h200"},
+      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                     "whenUnsatisfiable": "DoNotSchedule"}],
+      "env": [{"name": "HF_HOME", "value": "/cache"}],
+      "volumes": [{"name": "cache", "emptyDir": {}}],
+      "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]})");
+  });
+  Json pod = render_deployment(kModel, w)["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["imagePullSecrets"], Json::parse(R"([{"name": "regcred"}])"));
+  EXPECT_EQ(pod["priorityClassName"], "inference-high");
+  EXPECT_EQ(pod["serviceAccountName"], "serving");
+  EXPECT_EQ(pod["automountServiceAccountToken"], false) << "a service account, never its token";
+  EXPECT_EQ(pod["nodeSelector"]["pool"], "h200");
+  EXPECT_EQ(pod["topologySpreadConstraints"][0]["maxSkew"], 1);
+  const Json& runtime = named(pod["containers"], "runtime");
+  EXPECT_EQ(named(runtime["env"], "HF_HOME")["value"], "/cache");
+  EXPECT_EQ(named(runtime["volumeMounts"], "cache")["mountPath"], "/cache");
+  EXPECT_EQ(named(runtime["volumeMounts"], "model-artifacts")["readOnly"], true);
+  EXPECT_EQ(named(pod["volumes"], "cache")["emptyDir"], Json::object());
+  const Json& verify = named(pod["initContainers"], "verify");
+  EXPECT_FALSE(verify.contains("env"));
+  EXPECT_EQ(verify["volumeMounts"].size(), 2u) << "the agent sees the artifact and the keys, nothing else";
+  EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true);
+}
+
+TEST(RenderDeployment, GivesTheBundledRuntimeSharedMemoryForTensorParallelism) {
+  auto mounts = [](const WorkloadSpec& w) {
+    const Json d = render_deployment(kModel, w);
+    std::set<std::string> out;
+    for (const auto& m : named(d["spec"]["template"]["spec"]["containers"], "runtime")["volumeMounts"])
+      out.insert(m["mountPath"].get<std::string>());
+    return out;
+  };
+  EXPECT_FALSE(mounts(workload()).count("/dev/shm")) << "one GPU: no NCCL, no /dev/shm";
+  WorkloadSpec tp = workload([](Json& j) { j["spec"]["resources"]["limits"]["nvidia.com/gpu"] = "4"; });
+  EXPECT_TRUE(mounts(tp).count("/dev/shm"));
+  WorkloadSpec mig = workload([](Json& j) {
+    j["spec"]["resources"]["limits"].erase("nvidia.com/gpu");
+    j["spec"]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] = "1";
+  });
+  EXPECT_EQ(mig.engine.container.image, api::Images{}.runtime_cuda) << "a MIG slice is a GPU: the CUDA image";
+}
+
+TEST(RenderDeployment, RollsWithoutSurgeWhenTheWorkloadMayNotAddAPod) {
+  WorkloadSpec w = workload();
+  Json d = render_deployment(kModel, w);
+  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"], Json({{"maxSurge", 1}, {"maxUnavailable", 0}}));
+  w.surge = false;
+  d = render_deployment(kModel, w);
+  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"], Json({{"maxSurge", 0}, {"maxUnavailable", 1}}));
+  EXPECT_EQ(workload_state(d, {}).surge, false);
 }
 
 TEST(WorkloadState, KnowsWhetherTheControllerCaughtUp) {

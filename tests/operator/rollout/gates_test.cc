@@ -266,11 +266,25 @@ GateVerdict passed() {
 StageInputs all_passed() {
   StageInputs in;
   in.verification = passed();
-  in.quality = passed();
-  in.performance = passed();
+  in.analysis = {{"quality", passed()}, {"performance", passed()}};
   in.canary_ready = true;
   in.window_elapsed = true;
   return in;
+}
+
+TEST(GateAdmission, PerformanceThresholdsAreMeasurableOnlyOnTheBundledRuntime) {
+  api::InferenceModelSpec spec;
+  spec.rollout.performance.max_ttft_p95_ratio = 1.5;
+  spec.rollout.performance.max_error_rate = 0.01;
+  EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
+  spec.engine.kind = api::EngineKind::kSglang;
+  auto u = unmeasurable_thresholds(spec);
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(u[0].field, "spec.rollout.gates.performance.maxTTFTP95Ratio");
+  EXPECT_NE(u[0].why.find("infergate_time_to_first_token_seconds"), std::string::npos);
+  spec.rollout.performance = {};
+  spec.rollout.quality.max_mean_kl = 0.01;  // not judged here: the eval Job talks to the OpenAI API
+  EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
 }
 
 TEST(Decide, PromotesOnlyWhenEveryGatePassedAndTheWindowIsOver) {
@@ -279,17 +293,17 @@ TEST(Decide, PromotesOnlyWhenEveryGatePassedAndTheWindowIsOver) {
   in.window_elapsed = false;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
   in = all_passed();
-  in.quality.outcome = Outcome::kPending;
+  in.analysis[0].verdict.outcome = Outcome::kPending;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
   in = all_passed();
-  in.performance.outcome = Outcome::kSkipped;
+  in.analysis[1].verdict.outcome = Outcome::kSkipped;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kPromote);
 }
 
 TEST(Decide, InconclusiveRollsBackNeverPromotes) {
   StageInputs in = all_passed();
-  in.quality.outcome = Outcome::kInconclusive;
-  in.quality.reason = "EvalJobCannotRun";
+  in.analysis[0].verdict.outcome = Outcome::kInconclusive;
+  in.analysis[0].verdict.reason = "EvalJobCannotRun";
   Decision d = decide(in);
   EXPECT_EQ(d.kind, Decision::Kind::kRollBack);
   EXPECT_EQ(d.gate, "quality");
@@ -321,7 +335,8 @@ TEST(Decide, ManualPromoteSkipsGatesButNeedsAReadyCanary) {
   in.canary_ready = true;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kPromote);
   // A failed gate still wins over a promote: nothing failing is promoted by accident.
-  in.performance.outcome = Outcome::kFailed;
+  in.analysis.push_back({"performance", GateVerdict{}});
+  in.analysis.back().verdict.outcome = Outcome::kFailed;
   EXPECT_EQ(decide(in).kind, Decision::Kind::kRollBack);
 }
 
@@ -333,13 +348,26 @@ TEST(Decide, AbortWinsOverEverything) {
   EXPECT_TRUE(d.aborted);
 }
 
+TEST(Decide, AnEnginesOwnGateTakesPartLikeTheBuiltInOnes) {
+  StageInputs in = all_passed();
+  in.analysis.push_back({"engine-kv-usage", GateVerdict{}});  // Pending
+  EXPECT_EQ(decide(in).kind, Decision::Kind::kWait);
+  in.analysis.back().verdict.outcome = Outcome::kFailed;
+  in.analysis.back().verdict.reason = "KvUsageTooHigh";
+  Decision d = decide(in);
+  EXPECT_EQ(d.kind, Decision::Kind::kRollBack);
+  EXPECT_EQ(d.gate, "engine-kv-usage");
+  EXPECT_EQ(d.reason, "KvUsageTooHigh");
+}
+
 TEST(Decide, DeadlineAndFailingRuntimeRollBack) {
   StageInputs in;
   in.deadline_passed = true;
   EXPECT_EQ(decide(in).reason, "ProgressDeadlineExceeded");
   in = StageInputs{};
-  in.runtime_failure = "CrashLoopBackOff: unsupported kv dtype";
+  in.pod_failure = PodFailure{"CanaryNotServing", "pod glm-canary-0: CrashLoopBackOff: unsupported kv dtype"};
   EXPECT_EQ(decide(in).reason, "CanaryNotServing");
+  EXPECT_EQ(decide(in).gate, "readiness");
 }
 
 }  // namespace

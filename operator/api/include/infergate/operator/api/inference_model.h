@@ -96,9 +96,12 @@ struct ServingConfig {
 struct Resources {
   std::map<std::string, std::string> requests;  // quantities as written ("16Gi", "1")
   std::map<std::string, std::string> limits;
-  // GPUs asked for: the largest integer value of a "<vendor>/gpu" limit or request (0 if none).
+  // GPUs asked for: the largest integer value of a "<vendor>/gpu" or MIG slice
+  // ("nvidia.com/mig-<profile>") limit or request (0 if none). A MIG slice is a GPU to the runtime
+  // (the CUDA image), but one process can use only one, so it never means tensor parallelism.
   int64_t gpus() const;
   std::string gpu_resource_name() const;  // e.g. "nvidia.com/gpu"; "" when no GPU is requested
+  bool mig() const;                       // the GPU asked for is a MIG slice
 };
 
 struct CanarySpec {
@@ -134,10 +137,22 @@ struct RolloutSpec {
   bool auto_rollback = true;
 };
 
+// Where and how the serving pods run, beyond what the engine and the artifact decide:
+// spec.podTemplate (api/pod_template.h validates it), and the older spec.scheduling for the first
+// three. None of it can replace what verification rests on: the agent's init container, the
+// read-only model and trust mounts, the security contexts, the service-account token (never mounted).
 struct SchedulingSpec {
   std::map<std::string, std::string> node_selector;
   Json tolerations = Json::array();  // passed through to the pod as written
   std::string runtime_class_name;
+  Json affinity = Json::object();        // nodeAffinity / podAffinity / podAntiAffinity
+  Json topology_spread = Json::array();  // topologySpreadConstraints
+  std::string priority_class_name;
+  std::string service_account_name;  // for image pulls and workload identity; no token is mounted
+  std::vector<std::string> image_pull_secrets;
+  Json env = Json::array();            // extra env of the serving container ({name, value|valueFrom})
+  Json volumes = Json::array();        // extra volumes (restricted Pod Security types only)
+  Json volume_mounts = Json::array();  // the serving container's mounts of those volumes
 };
 
 // What the capacity planner needs that the rest of the spec does not say: the GPU and the model's
@@ -210,9 +225,9 @@ struct GateResult {
 struct StageStatus {
   std::string name;      // a StageName spelling
   std::string revision;  // the canary configuration's revision
-  // "Deploying", "Verifying", "Analyzing", "Promoting", "RollingBack", "Failed" (a gate failed and
-  // autoRollback is off: the canary is kept until an abort or a promote)
-  std::string phase;
+  // Never kIdle. kFailed: a gate failed and autoRollback is off (the canary is kept until an abort,
+  // a retry or a new spec).
+  StagePhase phase = StagePhase::kDeploying;
   WallTime started_at{};
   std::vector<GateResult> gate_results;
   std::string from_revision;                    // the stable revision the stage started from

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "infergate/common/clock.h"
 #include "infergate/operator/api/engine.h"
@@ -23,7 +24,11 @@ namespace infergate::op::app {
 struct OperatorOptions {
   std::string kubeconfig;  // "" = $KUBECONFIG, in-cluster, or ~/.kube/config
   std::string context;
-  std::string namespace_;  // watch only this namespace ("" = all)
+  // Watch only these namespaces (empty = all): one informer per kind and namespace, so the operator
+  // needs a Role in each, never a ClusterRole for workloads.
+  std::vector<std::string> namespaces;
+  // Refuse to start when the installed InferenceModel CRD lacks what this operator writes.
+  bool check_crd = true;
   bool leader_elect = false;
   std::string leader_elect_namespace;  // "" = the client configuration's namespace
   std::string leader_elect_id = "infergate-operator-leader";
@@ -69,6 +74,7 @@ class OperatorApp {
  private:
   OperatorApp() = default;
   std::string identity_;
+  bool check_crd_ = true;
   manager::OperatorMetrics metrics_;
   std::unique_ptr<client::RestClient> client_;
   std::unique_ptr<manager::Manager> manager_;

@@ -53,6 +53,8 @@ class Informer {
   Store& store() { return store_; }
   const Store& store() const { return store_; }
   const client::ResourceKind& kind() const { return kind_; }
+  // The namespace it watches ("" = all).
+  const std::string& watched_namespace() const { return config_.watcher.namespace_; }
 
   void start();  // runs the loop (and the resync loop) in background threads
   void stop();   // stops and joins; safe to call twice

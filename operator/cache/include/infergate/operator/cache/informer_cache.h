@@ -1,10 +1,13 @@
-// The cache the reconcilers read from (controller-runtime's cache is a client.Reader): one informer per
-// kind, reads answered from their stores. Writes go to the API server through the client, never here.
+// The cache the reconcilers read from (controller-runtime's cache is a client.Reader): informers per
+// kind, one for every namespace or one per watched namespace (what least-privilege RBAC allows: a
+// Role in each namespace, no cluster-wide list or watch), reads answered from the store of the
+// informer that holds the namespace. Writes go to the API server through the client, never here.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "infergate/operator/cache/informer.h"
 #include "infergate/operator/client/client.h"
@@ -16,9 +19,14 @@ class InformerCache final : public client::Reader {
   InformerCache(client::Client& client, Clock& clock);
   ~InformerCache() override;
 
-  // Adds an informer for a kind (before start()). Returns it so that handlers and indexes can be added.
+  // Adds an informer for a kind in config.watcher.namespace_ ("" = all), before start(); adding the
+  // same kind and namespace again returns the first. Returns it so that handlers and indexes can be
+  // added.
   Informer& add(const client::ResourceKind& kind, InformerConfig config);
-  Informer* informer(const client::ResourceKind& kind);
+  // The informer holding `ns` for this kind (its own, or the all-namespaces one); with ns "", the
+  // first of the kind. Null when none.
+  Informer* informer(const client::ResourceKind& kind, std::string_view ns = "");
+  std::vector<Informer*> informers(const client::ResourceKind& kind);
 
   void start();
   void stop();
@@ -33,7 +41,7 @@ class InformerCache final : public client::Reader {
                                   const client::ListOptions& options) override;
   // The immutable cached object (no copy), or null.
   Object get_object(const client::ResourceKind& kind, std::string_view ns, std::string_view name);
-  // Cached objects of a kind in a namespace whose labels match (no copies).
+  // Cached objects of a kind in a namespace ("" = every watched one) whose labels match (no copies).
   Result<std::vector<Object>> list_objects(const client::ResourceKind& kind, std::string_view ns,
                                            std::string_view label_selector);
   // Cached objects of a kind under one value of a store index (see Store::add_index), filtered by
@@ -45,7 +53,8 @@ class InformerCache final : public client::Reader {
  private:
   client::Client& client_;
   Clock& clock_;
-  std::map<std::string, std::unique_ptr<Informer>> informers_;  // by ResourceKind::resource()
+  // by ResourceKind::resource(), one per watched namespace
+  std::map<std::string, std::vector<std::unique_ptr<Informer>>> informers_;
 };
 
 }  // namespace infergate::op::cache

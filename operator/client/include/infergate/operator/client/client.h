@@ -43,6 +43,7 @@ const ResourceKind& event();
 const ResourceKind& lease();
 const ResourceKind& namespace_();
 const ResourceKind& inference_model();
+const ResourceKind& custom_resource_definition();
 }  // namespace kinds
 
 struct GetOptions {

@@ -84,6 +84,7 @@ struct Plan {
 struct StableTarget {
   api::PodConfig config;
   int32_t replicas = 1;
+  bool promotion = false;  // stable takes a promoted canary's configuration: no "Deployed" history
 };
 
 // The parsed model, or why its spec cannot be served (reason word + message).
@@ -107,6 +108,13 @@ std::map<std::string, std::string> model_labels(const std::string& model, api::T
 Result<platform::WorkloadSpec> render_workload(const std::string& model, const api::PodConfig& config,
                                                api::Track track, int32_t replicas, const PlanContext& ctx);
 platform::EndpointSpec render_endpoint(const std::string& model);
+
+// Whether the platform holds `spec` as rendered (template, replicas, update strategy) and has acted
+// on it: nothing to apply.
+bool is_applied(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec);
+// Whether `observed` fully runs `spec`: applied, every pod of its revision, all of them updated and
+// ready. What the steady state calls rolled out and a promotion waits for.
+bool runs_fully(const platform::WorkloadState& observed, const platform::WorkloadSpec& spec);
 
 // The agent verdicts of the pods running `revision`: refusals first (by pod name), then successes.
 struct PodVerdicts {

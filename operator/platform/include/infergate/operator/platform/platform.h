@@ -43,6 +43,11 @@ struct WorkloadSpec {
   api::Resources resources;
   api::SchedulingSpec scheduling;
   std::string summary;  // "int8/int8 ctx=32768 x16", for people
+  // How a change of the pod template rolls: true adds a new pod before an old one goes (never below
+  // `replicas` serving, one pod's resources on top); false removes an old pod first (never more pods
+  // than `replicas`: what a GPU pool without spare room needs). Not part of template_hash: changing it
+  // rolls no pod.
+  bool surge = true;
 
   // SHA-256 prefix over everything that defines the pods (not replicas): equal hashes, nothing to
   // roll out. Platforms store it with the workload and report it back in WorkloadState.
@@ -72,6 +77,7 @@ struct VerifyState {
   std::string termination_message;  // the agent's JSON line, as the platform recorded it
   int restarts = 0;
   std::string waiting_reason;  // e.g. ImagePullBackOff for the agent image
+  std::string waiting_message;
 };
 
 struct PodState {
@@ -85,6 +91,11 @@ struct PodState {
   std::string waiting_reason;  // the serving container's (CrashLoopBackOff, ImagePullBackOff, ...)
   std::string message;         // detail for the waiting reason, or the last termination message
   int restarts = 0;
+  std::string last_termination_reason;  // how the serving container last ended: Error, OOMKilled, ...
+  int last_exit_code = 0;
+  // No node has room or matches (PodScheduled=False, Unschedulable), with the scheduler's message.
+  bool unschedulable = false;
+  std::string schedule_message;
   std::string address;  // where the pod serves ("10.1.2.3:8000"), when known
 };
 
@@ -98,10 +109,19 @@ struct WorkloadState {
   int32_t available_replicas = 0;
   // The platform has acted on the latest spec (Deployment: observedGeneration caught up).
   bool observed_current = false;
+  // The update strategy as the platform holds it (WorkloadSpec::surge); nullopt where the platform
+  // has no such notion (local processes), so it never asks for an apply.
+  std::optional<bool> surge;
+  // The platform could not create a pod (Deployment ReplicaFailure: FailedCreate, from admission,
+  // quota or a LimitRange), with its message; "" when it could.
+  std::string failure_reason;
+  std::string failure_message;
   std::vector<PodState> pods;
 };
 
-enum class TrustState { kPresent, kMissing };
+// Whether the trust-key Secret a model names exists. kForbidden: the operator may not read it (its
+// RBAC lacks `get` on Secrets in that namespace), which waiting does not fix.
+enum class TrustState { kPresent, kMissing, kForbidden };
 
 // A run-to-completion task next to a model: the rollout's quality check (`infergate-runtime eval`
 // against the stable and canary endpoints). One pod, never retried by the platform (a failed check is

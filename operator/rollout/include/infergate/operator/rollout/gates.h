@@ -122,16 +122,43 @@ struct PromTrack {
 GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec, const PromTrack& stable,
                                             const PromTrack& canary, double min_requests = 1);
 
+// ---- Admission: thresholds an engine cannot be measured on ----
+
+// A threshold of spec.rollout.gates that cannot be measured on the spec's engine, with why. A stage
+// with one is refused before any canary starts (Progressing=False, GateNotMeasurable), rather than
+// running to an Inconclusive verdict that can only roll back. Today the performance gate reads the
+// infergate_* metrics (kTtftMetric, ...), which only the bundled runtime exports; an engine adapter
+// that maps its own metric names makes its thresholds measurable and drops them from this list.
+struct UnmeasurableThreshold {
+  std::string field;  // "spec.rollout.gates.performance.maxTTFTP95Ratio"
+  std::string why;
+};
+std::vector<UnmeasurableThreshold> unmeasurable_thresholds(const api::InferenceModelSpec& spec);
+
 // ---- Decisions ----
+
+// One gate's verdict, by name ("quality", "performance", or an engine's own gate).
+struct NamedVerdict {
+  std::string gate;
+  GateVerdict verdict;
+};
+
+// A canary pod that cannot run and will not heal by waiting (its creation was refused, its image
+// name is invalid, its runtime keeps crashing): the stage fails at once rather than at its deadline.
+struct PodFailure {
+  std::string reason;   // CamelCase, for RolledBack: CanaryNotServing, CanaryNotCreated, ...
+  std::string message;  // the pod, the Kubernetes reason and its message
+};
 
 // What the stage state machine knows at one reconcile.
 struct StageInputs {
-  GateVerdict verification;      // the canary pods' agent verdicts
-  bool canary_ready = false;     // every canary replica of the revision ready
-  std::string runtime_failure;   // a canary pod's serving container failing (reason: message); "" if none
+  GateVerdict verification;   // the canary pods' agent verdicts
+  bool canary_ready = false;  // every canary replica of the revision ready
+  std::optional<PodFailure> pod_failure;
   bool deadline_passed = false;  // not verified and ready within progressDeadlineSeconds
-  GateVerdict quality;
-  GateVerdict performance;
+  // The analysis gates in order (analysis_gates() in the controller): each must clear to promote,
+  // any that blocks rolls back.
+  std::vector<NamedVerdict> analysis;
   bool window_elapsed = false;  // the analysis window is over
   bool paused = false;
   bool promote_requested = false;  // the promote annotation names this stage's revision
@@ -147,9 +174,10 @@ struct Decision {
   bool aborted = false;  // a person asked for it (not a failed gate: the revision is not remembered)
 };
 
-// Safety first: abort, then a failed verification, a failing runtime, the progress deadline, a failed
-// or inconclusive gate roll back; a person's promote skips the remaining gates (once the canary is
-// ready); paused holds; everything passed and the window over promotes; otherwise wait.
+// Safety first: abort, then a failed verification, a canary pod that cannot run, the progress
+// deadline, a failed or inconclusive analysis gate (the first in order) roll back; a person's promote skips
+// the remaining gates (once the canary is ready); paused holds; everything passed and the window over
+// promotes; otherwise wait.
 Decision decide(const StageInputs& in);
 
 }  // namespace infergate::op::rollout
