@@ -1,6 +1,8 @@
 // infergate-agent: parses the command line and runs one subcommand (see infergate/agent/commands.h).
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include <CLI/CLI.hpp>
 #include <cstring>
 #include <optional>
@@ -37,6 +39,7 @@ struct VerifyFlags {
   std::optional<std::string> expect_weight_format;
   std::optional<std::string> report;
   std::optional<std::string> termination_log;
+  std::optional<std::string> install_agent;
   unsigned jobs = 0;
 };
 
@@ -67,6 +70,9 @@ void add_verify_flags(CLI::App* sub, VerifyFlags* f) {
   sub->add_option("--termination-log", f->termination_log,
                   "write the one-line JSON report to PATH (e.g. /dev/termination-log)");
   sub->add_option("--jobs", f->jobs, "hashing threads (default: the CPUs this process may use)");
+  sub->add_option("--install-agent", f->install_agent,
+                  "verify only: once verified, copy this agent with its libraries and loader into DIR "
+                  "(DIR/bin, DIR/lib) for an engine image without it");
 }
 
 Result<VerifyCommand> to_verify_command(const VerifyFlags& f) {
@@ -96,6 +102,7 @@ Result<VerifyCommand> to_verify_command(const VerifyFlags& f) {
   c.verify.tree.threads = f.jobs;
   if (f.report) c.report = *f.report;
   if (f.termination_log) c.termination_log = *f.termination_log;
+  if (f.install_agent) c.install_agent = *f.install_agent;
   c.progress = ::isatty(STDERR_FILENO) == 1;
   return c;
 }
@@ -242,6 +249,11 @@ int run(int argc, char** argv) {
   }
   if (verify_cmd->parsed() || exec_cmd->parsed()) {
     const VerifyFlags& flags = verify_cmd->parsed() ? verify_flags : exec_flags;
+    if (exec_cmd->parsed() && flags.install_agent) {
+      return report_usage_error(
+          "--install-agent belongs to verify (the init container installs the agent; exec runs it)",
+          flags.termination_log);
+    }
     auto c = to_verify_command(flags);
     if (!c.ok()) return report_usage_error(c.error().message(), flags.termination_log);
     return verify_cmd->parsed() ? run_verify(*c) : run_exec(*c, command);
@@ -252,6 +264,13 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // No OpenSSL configuration file is read: the agent needs none, and installed into an engine's image
+  // (verify --install-agent) it would otherwise read that image's openssl.cnf, whose providers may be
+  // built for another libcrypto.
+  if (OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr) != 1) {
+    infergate::log::error("internal error", {{"error", "OpenSSL failed to initialise"}});
+    return infergate::agent::exit_code(infergate::agent::Reason::kInternalError);
+  }
   // The library reports errors as values; only the standard library itself (an allocation) can
   // throw here, and that is still a refusal with its reason, never an abort without one.
   try {

@@ -7,7 +7,7 @@
 namespace infergate::agent {
 namespace {
 
-constexpr std::array<ReasonInfo, 38> kReasons = {{
+constexpr std::array<ReasonInfo, 39> kReasons = {{
     {Reason::kVerified, "Verified", 0, "every check passed"},
     {Reason::kUsageError, "UsageError", 2, "bad command line: unknown flag, missing value, bad number"},
     {Reason::kKeyInvalid, "KeyInvalid", 3, "a key file cannot be read or is not a supported key"},
@@ -52,6 +52,8 @@ constexpr std::array<ReasonInfo, 38> kReasons = {{
     {Reason::kLimitExceeded, "LimitExceeded", 37, "the tree is deeper or larger than the walk's caps"},
     {Reason::kIoError, "IoError", 40, "a read failed (EIO and other I/O errors)"},
     {Reason::kPermissionDenied, "PermissionDenied", 41, "a file or directory cannot be read"},
+    {Reason::kAgentInstallFailed, "AgentInstallFailed", 42,
+     "verify --install-agent: verified, but the agent could not be copied into the directory"},
     {Reason::kInternalError, "InternalError", 50, "a bug or an OpenSSL failure"},
     {Reason::kExecFailed, "ExecFailed", 127, "exec: verified, but the command could not be started"},
 }};
@@ -68,7 +70,8 @@ ErrorCode code_for(Reason r) {
     case Reason::kMissingFile: return ErrorCode::kNotFound;
     case Reason::kManifestTooLarge:
     case Reason::kLimitExceeded: return ErrorCode::kResourceExhausted;
-    case Reason::kIoError: return ErrorCode::kIo;
+    case Reason::kIoError:
+    case Reason::kAgentInstallFailed: return ErrorCode::kIo;
     case Reason::kPermissionDenied: return ErrorCode::kPermissionDenied;
     case Reason::kExecFailed: return ErrorCode::kFailedPrecondition;
     case Reason::kInternalError: return ErrorCode::kInternal;

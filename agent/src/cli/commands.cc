@@ -2,12 +2,14 @@
 #include "infergate/agent/commands.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "infergate/agent/hashing/tree.h"
+#include "infergate/agent/install/self_install.h"
 #include "infergate/agent/manifest/tree_check.h"
 #include "infergate/agent/reasons.h"
 #include "infergate/agent/report.h"
@@ -43,6 +45,25 @@ Status check_outputs(const VerifyCommand& c) {
     if (p && inside(*p, c.verify.dir)) {
       return refusal(Reason::kUsageError,
                      p->string() + " is inside the artifact directory; verify never writes there");
+    }
+  }
+  if (c.install_agent) {
+    const std::string dir = c.install_agent->string();
+    if (inside(*c.install_agent, c.verify.dir)) {
+      return refusal(Reason::kUsageError, "--install-agent " + dir +
+                                              " is inside the artifact directory; verify never writes there");
+    }
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {
+      return refusal(Reason::kUsageError, "--install-agent " + dir + ": " + errno_text(errno) +
+                                              " (it must be an existing, writable directory)");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return refusal(Reason::kUsageError, "--install-agent " + dir + " is not a directory");
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return refusal(Reason::kUsageError,
+                     "--install-agent " + dir + " is not writable: " + errno_text(errno));
     }
   }
   return ok_status();
@@ -99,6 +120,18 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
     emit(c, refusal_report(result.error()), to_stdout);
     refuse("verification", result.error());
     return result;
+  }
+  if (c.install_agent) {
+    auto installed = install_self(*c.install_agent);
+    if (!installed.ok()) {
+      emit(c, refusal_report(installed.error()), to_stdout);
+      refuse("installing the agent", installed.error());
+      return std::move(installed).error();
+    }
+    log::info("installed the agent",
+              {{"binary", installed->binary.string()},
+               {"loader", installed->loader.string()},
+               {"libraries", static_cast<unsigned long long>(installed->libraries.size())}});
   }
   emit(c, success_report(*result), to_stdout);
   const auto& r = *result;

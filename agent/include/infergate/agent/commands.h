@@ -38,6 +38,9 @@ struct VerifyCommand {
   VerifyOptions verify;
   std::optional<std::filesystem::path> report;
   std::optional<std::filesystem::path> termination_log;
+  // verify only: after a successful verification, install_self() into this existing, writable
+  // directory (for engine images without the agent); a failure to install is AgentInstallFailed.
+  std::optional<std::filesystem::path> install_agent;
   bool progress = false;
 };
 
@@ -45,6 +48,8 @@ int run_manifest(const ManifestCommand& command);
 int run_keygen(const KeygenCommand& command);
 int run_sign(const SignCommand& command);
 // Writes exactly one report line (success or refusal) to --report and --termination-log, and to stdout.
+// With install_agent, the success is reported only once the agent is installed (else the line says
+// AgentInstallFailed).
 int run_verify(const VerifyCommand& command);
 // Verifies, then replaces this process with argv (PATH is searched when argv[0] has no '/'): same
 // pid, so signals reach the command directly. Returns only when it does not exec: the verification's

@@ -48,6 +48,7 @@ enum class Reason {
   kIoError,
   kPermissionDenied,
   kExecFailed,
+  kAgentInstallFailed,
   kInternalError,
 };
 
