@@ -2,7 +2,6 @@
 #include "infergate/operator/api/engine.h"
 
 #include <algorithm>
-#include <set>
 
 namespace infergate::op::api {
 namespace {
@@ -11,26 +10,31 @@ Error refuse(std::string reason, std::string message) {
   return invalid_argument(std::move(message)).with_reason(std::move(reason));
 }
 
-// User args may add flags, never repeat one the adapter derives from the spec: two values for the
-// same knob would make the served configuration differ from the one in status.
-Status check_extra_args(const PodConfig& c, const std::vector<std::string>& managed) {
-  for (const auto& arg : c.engine.args) {
-    for (const auto& flag : managed) {
-      if (arg == flag || arg.rfind(flag + "=", 0) == 0) {
-        return refuse(
-            "ConflictingEngineArgs",
-            "spec.engine.args: " + flag + " is set by the operator from the spec; remove it from args");
-      }
-    }
+// User args may add flags, never set one the adapter derives from the spec (two values for one knob
+// would make the served configuration differ from the one in status), under any spelling the
+// engine's parser accepts, nor one that makes the engine read input the agent did not verify.
+Status check_extra_args(const PodConfig& c, const EngineProfile& profile) {
+  auto conflict = find_arg_conflict(profile, c.engine.args);
+  if (!conflict) return ok_status();
+  const std::string spelled =
+      conflict->arg == conflict->flag ? conflict->flag : "\"" + conflict->arg + "\" (" + std::string(profile.name) + " reads it as " + conflict->flag + ")";
+  if (conflict->unverified) {
+    return refuse("ConflictingEngineArgs", "spec.engine.args: " + spelled + " makes " + std::string(profile.name) +
+                                               " read input the agent did not verify; the engine reads only the "
+                                               "verified artifact directory");
   }
-  return ok_status();
+  return refuse("ConflictingEngineArgs", "spec.engine.args: " + spelled + " is set by " + conflict->field +
+                                             "; remove it from args");
 }
 
-Result<std::string> hf_quantization(const PodConfig& c, std::string_view engine,
-                                    const std::set<std::string>& int8_methods,
-                                    const std::set<std::string>& int4_methods) {
+// The checkpoint method of a quantized Hugging Face release, and whether the engine is told it.
+// Unquantized weights take no method; a quantized one must name one the engine reads for that
+// format. The engine detects a method from config.json by itself and picks its fastest kernel for it
+// (vLLM upgrades awq/gptq to Marlin), so only methods it cannot detect are passed explicitly.
+Result<std::string> hf_quantization(const PodConfig& c, const EngineProfile& profile) {
   const auto wf = c.serving.weight_format;
   const std::string& q = c.engine.quantization;
+  const std::string engine(profile.name);
   if (wf == WeightFormat::kFp16 || wf == WeightFormat::kBf16) {
     if (!q.empty()) {
       return refuse("UnsupportedQuantization", "spec.engine.quantization: \"" + q +
@@ -39,79 +43,81 @@ Result<std::string> hf_quantization(const PodConfig& c, std::string_view engine,
     }
     return std::string();
   }
-  const auto& allowed = wf == WeightFormat::kInt8 ? int8_methods : int4_methods;
+  const auto it = profile.quantization_methods.find(wf);
+  const std::vector<std::string> none;
+  const auto& allowed = it == profile.quantization_methods.end() ? none : it->second;
   std::string list;
   for (const auto& m : allowed) list += (list.empty() ? "" : ", ") + m;
   if (q.empty()) {
     return refuse("UnsupportedWeightFormat",
-                  std::string(engine) + " cannot load infergate's native " + std::string(to_string(wf)) +
-                      " format; export the artifact in a format " + std::string(engine) +
+                  engine + " cannot load infergate's native " + std::string(to_string(wf)) +
+                      " format; export the artifact in a format " + engine +
                       " reads and set spec.engine.quantization to one of: " + list);
   }
-  if (!allowed.count(q)) {
+  if (std::find(allowed.begin(), allowed.end(), q) == allowed.end()) {
     return refuse("UnsupportedQuantization", "spec.engine.quantization: \"" + q + "\" is not a " +
-                                                 std::string(to_string(wf)) + " method of " +
-                                                 std::string(engine) + " (want one of " + list + ")");
+                                                 std::string(to_string(wf)) + " method " + engine +
+                                                 " serves as signed (want one of " + list + ")");
   }
-  return q;
+  const auto& passed = profile.quantization_passed;
+  return std::find(passed.begin(), passed.end(), q) != passed.end() ? q : std::string();
 }
 
-// vLLM and SGLang have one activation dtype and cannot keep a 16-bit KV cache in the other 16-bit type.
-Result<std::string> activation_dtype(const PodConfig& c, std::string_view engine) {
-  const auto wf = c.serving.weight_format;
-  const auto kv = c.serving.kv_cache_dtype;
-  std::string wdt = wf == WeightFormat::kFp16 ? "float16" : wf == WeightFormat::kBf16 ? "bfloat16" : "";
-  std::string kdt = kv == KvCacheDtype::kFp16 ? "float16" : kv == KvCacheDtype::kBf16 ? "bfloat16" : "";
-  if (!wdt.empty() && !kdt.empty() && wdt != kdt) {
-    return refuse("UnsupportedKvCacheDtype",
-                  std::string(engine) + " keeps a 16-bit KV cache in the model's dtype: weightFormat " +
-                      std::string(to_string(wf)) + " with kvCacheDtype " + std::string(to_string(kv)) +
-                      " cannot run");
+// vLLM and SGLang run in the checkpoint's 16-bit dtype and keep an unquantized KV cache in it:
+// kvCacheDtype fp16 and bf16 both mean "not quantized" there (a bf16 release with the default fp16
+// is the common case, and runs with a bf16 cache). The dtype follows the weights only.
+std::string activation_dtype(const PodConfig& c) {
+  switch (c.serving.weight_format) {
+    case WeightFormat::kFp16: return "float16";
+    case WeightFormat::kBf16: return "bfloat16";
+    default: return "";  // quantized: the checkpoint's torch_dtype
   }
-  return wdt.empty() ? kdt : wdt;
 }
 
-Status refuse_kv(const PodConfig& c, std::string_view engine, std::string_view hint) {
-  auto ok = supported_kv_cache_dtypes(c.engine.kind);
-  if (std::find(ok.begin(), ok.end(), c.serving.kv_cache_dtype) != ok.end()) return ok_status();
+Status refuse_kv(const PodConfig& c, const EngineProfile& profile, std::string_view hint) {
+  if (profile.kv_cache_dtype.count(c.serving.kv_cache_dtype)) return ok_status();
   std::string list;
-  for (auto d : ok) list += (list.empty() ? "" : ", ") + std::string(to_string(d));
-  return refuse("UnsupportedKvCacheDtype", std::string(engine) + " has no " +
+  for (auto d : supported_kv_cache_dtypes(c.engine.kind)) list += (list.empty() ? "" : ", ") + std::string(to_string(d));
+  return refuse("UnsupportedKvCacheDtype", std::string(profile.name) + " has no " +
                                                std::string(to_string(c.serving.kv_cache_dtype)) +
-                                               " KV cache (supported: " + list + ")" + std::string(hint));
+                                               " KV cache (spec.serving.kvCacheDtype; supported: " + list + ")" +
+                                               std::string(hint));
+}
+
+Status refuse_model_file(const PodConfig& c) {
+  if (c.engine.model_file.empty()) return ok_status();
+  return refuse("InvalidSpec", "spec.engine.modelFile: only the llamacpp engine takes a model file");
 }
 
 void append(std::vector<std::string>& to, const std::vector<std::string>& from) {
   to.insert(to.end(), from.begin(), from.end());
 }
 
-Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const Layout& layout,
-                              const Images& images) {
+int engine_port(const Layout& layout, int conventional) { return layout.port > 0 ? layout.port : conventional; }
+
+Result<EngineCommand> bundled(const PodConfig& c, const EngineProfile& profile, std::string_view served,
+                              const Layout& layout, const Images& images) {
   if (!c.engine.quantization.empty()) {
     return refuse("UnsupportedQuantization",
                   "spec.engine.quantization: the bundled runtime reads the format from the artifact's "
                   "quantization.json; leave it empty");
   }
-  if (!c.engine.model_file.empty()) {
-    return refuse("InvalidSpec", "spec.engine.modelFile: only the llamacpp engine takes a model file");
-  }
-  INFERGATE_RETURN_IF_ERROR(check_extra_args(
-      c, {"--model", "--weight-format", "--kv-cache-dtype", "--max-context-length", "--max-concurrency",
-          "--verified-manifest", "--served-model-name", "--host", "--port"}));
+  INFERGATE_RETURN_IF_ERROR(refuse_model_file(c));
+  INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
   EngineCommand e;
   std::string dir = model_dir(c, layout);
-  e.port = layout.port > 0 ? layout.port : 8000;
+  e.port = engine_port(layout, 8000);
   e.container.image = !c.engine.image.empty()  ? c.engine.image
                       : c.resources.gpus() > 0 ? images.runtime_cuda
                                                : images.runtime;
-  e.container.command = {"infergate-runtime"};
+  e.container.command = profile.command;
   e.container.args = {"serve",
                       "--model",
                       dir,
                       "--weight-format",
                       std::string(to_string(c.serving.weight_format)),
                       "--kv-cache-dtype",
-                      std::string(to_string(c.serving.kv_cache_dtype)),
+                      profile.kv_cache_dtype.at(c.serving.kv_cache_dtype),
                       "--max-context-length",
                       std::to_string(c.serving.max_context_length),
                       "--max-concurrency",
@@ -139,24 +145,17 @@ Result<EngineCommand> bundled(const PodConfig& c, std::string_view served, const
   return e;
 }
 
-Result<EngineCommand> vllm(const PodConfig& c, std::string_view served, const Layout& layout) {
-  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, "vLLM", "; use fp8, or the bundled engine for int8/int4"));
-  if (!c.engine.model_file.empty()) {
-    return refuse("InvalidSpec", "spec.engine.modelFile: only the llamacpp engine takes a model file");
-  }
-  INFERGATE_ASSIGN_OR_RETURN(
-      std::string quant,
-      hf_quantization(c, "vLLM",
-                      {"bitsandbytes", "compressed-tensors", "experts_int8", "gptq", "gptq_marlin"},
-                      {"awq", "awq_marlin", "bitsandbytes", "compressed-tensors", "gptq", "gptq_marlin"}));
-  INFERGATE_ASSIGN_OR_RETURN(std::string dtype, activation_dtype(c, "vLLM"));
-  INFERGATE_RETURN_IF_ERROR(check_extra_args(
-      c, {"--model", "--served-model-name", "--host", "--port", "--max-model-len", "--max-num-seqs",
-          "--kv-cache-dtype", "--dtype", "--quantization", "--tensor-parallel-size", "-tp"}));
+Result<EngineCommand> vllm(const PodConfig& c, const EngineProfile& profile, std::string_view served,
+                           const Layout& layout) {
+  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, profile, "; use fp8, or the bundled engine for int8/int4"));
+  INFERGATE_RETURN_IF_ERROR(refuse_model_file(c));
+  INFERGATE_ASSIGN_OR_RETURN(std::string quant, hf_quantization(c, profile));
+  INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
+  const std::string dtype = activation_dtype(c);
   EngineCommand e;
-  e.port = layout.port > 0 ? layout.port : 8000;
+  e.port = engine_port(layout, 8000);
   e.container.image = c.engine.image;
-  e.container.command = {"python3", "-m", "vllm.entrypoints.openai.api_server"};
+  e.container.command = profile.command;
   auto& a = e.container.args;
   a = {"--model",
        model_dir(c, layout),
@@ -171,39 +170,30 @@ Result<EngineCommand> vllm(const PodConfig& c, std::string_view served, const La
        "--max-num-seqs",
        std::to_string(c.serving.max_concurrency),
        "--kv-cache-dtype",
-       c.serving.kv_cache_dtype == KvCacheDtype::kFp8 ? "fp8" : "auto"};
+       profile.kv_cache_dtype.at(c.serving.kv_cache_dtype)};
   if (!dtype.empty()) append(a, {"--dtype", dtype});
   if (!quant.empty()) append(a, {"--quantization", quant});
   if (c.resources.gpus() > 1) append(a, {"--tensor-parallel-size", std::to_string(c.resources.gpus())});
   append(a, c.engine.args);
   // The root filesystem is read-only and the artifact is local: caches go to /tmp, nothing is fetched.
-  e.container.env = {{"HOME", "/tmp"},
-                     {"XDG_CACHE_HOME", "/tmp/.cache"},
-                     {"HF_HUB_OFFLINE", "1"},
-                     {"VLLM_NO_USAGE_STATS", "1"}};
+  e.container.env = profile.env;
   e.liveness_path = "/health";
   e.readiness_path = "/health";
   e.needs_shared_memory = true;
   return e;
 }
 
-Result<EngineCommand> sglang(const PodConfig& c, std::string_view served, const Layout& layout) {
-  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, "SGLang", "; use fp8, or the bundled engine for int8/int4"));
-  if (!c.engine.model_file.empty()) {
-    return refuse("InvalidSpec", "spec.engine.modelFile: only the llamacpp engine takes a model file");
-  }
-  INFERGATE_ASSIGN_OR_RETURN(
-      std::string quant,
-      hf_quantization(c, "SGLang", {"bitsandbytes", "compressed-tensors", "gptq", "w8a8_int8"},
-                      {"awq", "awq_marlin", "bitsandbytes", "compressed-tensors", "gptq", "gptq_marlin"}));
-  INFERGATE_ASSIGN_OR_RETURN(std::string dtype, activation_dtype(c, "SGLang"));
-  INFERGATE_RETURN_IF_ERROR(check_extra_args(
-      c, {"--model-path", "--served-model-name", "--host", "--port", "--context-length",
-          "--max-running-requests", "--kv-cache-dtype", "--dtype", "--quantization", "--tp-size", "--tp"}));
+Result<EngineCommand> sglang(const PodConfig& c, const EngineProfile& profile, std::string_view served,
+                             const Layout& layout) {
+  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, profile, "; use fp8, or the bundled engine for int8/int4"));
+  INFERGATE_RETURN_IF_ERROR(refuse_model_file(c));
+  INFERGATE_ASSIGN_OR_RETURN(std::string quant, hf_quantization(c, profile));
+  INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
+  const std::string dtype = activation_dtype(c);
   EngineCommand e;
-  e.port = layout.port > 0 ? layout.port : 30000;
+  e.port = engine_port(layout, 30000);
   e.container.image = c.engine.image;
-  e.container.command = {"python3", "-m", "sglang.launch_server"};
+  e.container.command = profile.command;
   auto& a = e.container.args;
   a = {"--model-path",
        model_dir(c, layout),
@@ -218,20 +208,22 @@ Result<EngineCommand> sglang(const PodConfig& c, std::string_view served, const 
        "--max-running-requests",
        std::to_string(c.serving.max_concurrency),
        "--kv-cache-dtype",
-       c.serving.kv_cache_dtype == KvCacheDtype::kFp8 ? "fp8_e4m3" : "auto"};
+       profile.kv_cache_dtype.at(c.serving.kv_cache_dtype),
+       std::string(profile.metrics_flag)};
   if (!dtype.empty()) append(a, {"--dtype", dtype});
   if (!quant.empty()) append(a, {"--quantization", quant});
   if (c.resources.gpus() > 1) append(a, {"--tp-size", std::to_string(c.resources.gpus())});
   append(a, c.engine.args);
-  e.container.env = {{"HOME", "/tmp"}, {"XDG_CACHE_HOME", "/tmp/.cache"}, {"HF_HUB_OFFLINE", "1"}};
+  e.container.env = profile.env;
   e.liveness_path = "/health";
   e.readiness_path = "/health";
   e.needs_shared_memory = true;
   return e;
 }
 
-Result<EngineCommand> llamacpp(const PodConfig& c, std::string_view served, const Layout& layout) {
-  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, "llama.cpp", "; llama.cpp has no fp8 cache type"));
+Result<EngineCommand> llamacpp(const PodConfig& c, const EngineProfile& profile, std::string_view served,
+                               const Layout& layout) {
+  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, profile, "; llama.cpp has no fp8 cache type"));
   if (c.engine.model_file.empty()) {
     return refuse(
         "MissingModelFile",
@@ -246,21 +238,12 @@ Result<EngineCommand> llamacpp(const PodConfig& c, std::string_view served, cons
     return refuse("UnsupportedQuantization",
                   "spec.engine.quantization: llama.cpp reads the format from the GGUF file; leave it empty");
   }
-  INFERGATE_RETURN_IF_ERROR(check_extra_args(
-      c,
-      {"-m", "--model", "--host", "--port", "-c", "--ctx-size", "-np", "--parallel", "-ctk", "--cache-type-k",
-       "-ctv", "--cache-type-v", "-a", "--alias", "-fa", "--flash-attn", "-ngl", "--n-gpu-layers"}));
-  std::string cache;
-  switch (c.serving.kv_cache_dtype) {
-    case KvCacheDtype::kFp16: cache = "f16"; break;
-    case KvCacheDtype::kBf16: cache = "bf16"; break;
-    case KvCacheDtype::kInt8: cache = "q8_0"; break;
-    case KvCacheDtype::kInt4: cache = "q4_0"; break;
-    case KvCacheDtype::kFp8: break;  // refused above
-  }
+  INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
+  const std::string cache = profile.kv_cache_dtype.at(c.serving.kv_cache_dtype);
   EngineCommand e;
-  e.port = layout.port > 0 ? layout.port : 8080;
-  e.container.image = c.engine.image;  // the llama.cpp server image's entrypoint is llama-server
+  e.port = engine_port(layout, 8080);
+  e.container.image = c.engine.image;
+  e.container.command = profile.command;
   auto& a = e.container.args;
   // llama-server splits -c across its -np slots: ask for context x slots so each request gets the
   // full maxContextLength.
@@ -271,12 +254,20 @@ Result<EngineCommand> llamacpp(const PodConfig& c, std::string_view served, cons
        "--ctx-size",     std::to_string(c.serving.max_context_length * c.serving.max_concurrency),
        "--parallel",     std::to_string(c.serving.max_concurrency),
        "--cache-type-k", cache,
-       "--cache-type-v", cache};
-  // A quantized V cache needs flash attention in llama.cpp.
-  if (cache == "q8_0" || cache == "q4_0") append(a, {"--flash-attn", "on"});
+       "--cache-type-v", cache,
+       std::string(profile.metrics_flag)};
+  // A quantized V cache needs flash attention in llama.cpp. Since build b6327 the flag takes a value
+  // (a bare -fa would swallow the next argument); before, it was a switch.
+  if (cache == "q8_0" || cache == "q4_0") {
+    if (profile.since >= EngineVersion{0, 6327, 0}) {
+      append(a, {"--flash-attn", "on"});
+    } else {
+      append(a, {"--flash-attn"});
+    }
+  }
   if (c.resources.gpus() > 0) append(a, {"--n-gpu-layers", "999"});
   append(a, c.engine.args);
-  e.container.env = {{"HOME", "/tmp"}};
+  e.container.env = profile.env;
   e.liveness_path = "/health";
   e.readiness_path = "/health";
   return e;
@@ -318,33 +309,60 @@ ContainerCommand agent_verify_command(const PodConfig& c, const Layout& layout, 
   return cmd;
 }
 
+Result<const EngineProfile*> engine_profile_for(const PodConfig& config) {
+  const auto version = image_engine_version(config.engine.kind, config.engine.image);
+  const EngineProfile& p = engine_profile(config.engine.kind, version);
+  if (version && *version < p.since) {
+    return refuse("UnsupportedEngineVersion", "spec.engine.image: " + std::string(p.name) + " " +
+                                                  version->to_string() + " (from the image tag) is older than " +
+                                                  "the releases the operator's " + std::string(p.name) +
+                                                  " adapter knows: " + std::string(p.release));
+  }
+  return &p;
+}
+
 Result<EngineCommand> engine_command(const PodConfig& config, std::string_view served_name,
                                      const Layout& layout, const Images& images) {
   if (config.engine.kind != EngineKind::kBundled && config.engine.image.empty()) {
     return refuse("MissingEngineImage", "spec.engine.image: required for engine kind " +
                                             std::string(to_string(config.engine.kind)));
   }
+  INFERGATE_ASSIGN_OR_RETURN(const EngineProfile* profile, engine_profile_for(config));
   Result<EngineCommand> out = internal_error("unreachable");
   switch (config.engine.kind) {
-    case EngineKind::kBundled: out = bundled(config, served_name, layout, images); break;
-    case EngineKind::kVllm: out = vllm(config, served_name, layout); break;
-    case EngineKind::kSglang: out = sglang(config, served_name, layout); break;
-    case EngineKind::kLlamacpp: out = llamacpp(config, served_name, layout); break;
+    case EngineKind::kBundled: out = bundled(config, *profile, served_name, layout, images); break;
+    case EngineKind::kVllm: out = vllm(config, *profile, served_name, layout); break;
+    case EngineKind::kSglang: out = sglang(config, *profile, served_name, layout); break;
+    case EngineKind::kLlamacpp: out = llamacpp(config, *profile, served_name, layout); break;
   }
   return out;
 }
 
+ContainerCommand agent_install_command(const ContainerCommand& verify, std::string_view dir) {
+  ContainerCommand c = verify;
+  c.args.insert(c.args.end(), {"--install-agent", std::string(dir)});
+  return c;
+}
+
+ContainerCommand agent_wrapped(const ContainerCommand& verify, const ContainerCommand& engine,
+                               std::string_view dir) {
+  const std::string d(dir);
+  ContainerCommand c;
+  c.image = engine.image;
+  c.env = engine.env;
+  c.command = {d + "/lib/ld.so", "--library-path", d + "/lib", d + "/bin/infergate-agent", "exec"};
+  // verify's arguments are `verify DIR [flags]`; exec takes the same `DIR [flags]`.
+  c.command.insert(c.command.end(), verify.args.begin() + (verify.args.empty() ? 0 : 1), verify.args.end());
+  c.command.push_back("--");
+  c.command.insert(c.command.end(), engine.command.begin(), engine.command.end());
+  c.args = engine.args;  // the engine's own arguments stay the container's args
+  return c;
+}
+
 std::vector<KvCacheDtype> supported_kv_cache_dtypes(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kBundled:
-      return {KvCacheDtype::kFp16, KvCacheDtype::kBf16, KvCacheDtype::kFp8, KvCacheDtype::kInt8,
-              KvCacheDtype::kInt4};
-    case EngineKind::kVllm:
-    case EngineKind::kSglang: return {KvCacheDtype::kFp16, KvCacheDtype::kBf16, KvCacheDtype::kFp8};
-    case EngineKind::kLlamacpp:
-      return {KvCacheDtype::kFp16, KvCacheDtype::kBf16, KvCacheDtype::kInt8, KvCacheDtype::kInt4};
-  }
-  return {};
+  std::vector<KvCacheDtype> out;
+  for (const auto& [dtype, spelling] : engine_profile(kind).kv_cache_dtype) out.push_back(dtype);
+  return out;
 }
 
 }  // namespace infergate::op::api

@@ -8,6 +8,12 @@ namespace {
 
 bool measurable(const platform::PodState& p) { return !p.deleting && p.ready && !p.address.empty(); }
 
+// The series the spec's engine exports (its profile at the image's version).
+const api::EngineMetrics& engine_metrics(const api::InferenceModelSpec& spec) {
+  return api::engine_profile(spec.engine.kind, api::image_engine_version(spec.engine.kind, spec.engine.image))
+      .metrics;
+}
+
 }  // namespace
 
 PerformanceAnalyzer::PerformanceAnalyzer(platform::Platform& platform, Clock& clock,
@@ -20,7 +26,8 @@ void PerformanceAnalyzer::forget(const std::string& key) {
 }
 
 std::optional<rollout::TrackMetrics> PerformanceAnalyzer::scrape(const platform::ModelRef& model,
-                                                                 const platform::PodState& pod) {
+                                                                 const platform::PodState& pod,
+                                                                 const api::EngineMetrics& metrics) {
   const std::string url = platform_.pod_url(model, pod);
   if (url.empty()) return std::nullopt;
   auto r = platform_.http_get(model, url + "/metrics", timeout_);
@@ -37,7 +44,7 @@ std::optional<rollout::TrackMetrics> PerformanceAnalyzer::scrape(const platform:
               {{"model", model.key()}, {"pod", pod.name}, {"error", samples.error().to_string()}});
     return std::nullopt;
   }
-  return rollout::track_metrics(*samples);
+  return rollout::track_metrics(*samples, metrics);
 }
 
 rollout::GateVerdict PerformanceAnalyzer::from_prometheus(const platform::ModelRef& model,
@@ -46,7 +53,7 @@ rollout::GateVerdict PerformanceAnalyzer::from_prometheus(const platform::ModelR
   const api::Track which[2] = {api::Track::kStable, api::Track::kCanary};
   for (int i = 0; i < 2; ++i) {
     rollout::PromQueries q = rollout::prometheus_queries(model.namespace_, model.name, which[i],
-                                                         spec.rollout.canary.analysis_seconds);
+                                                         spec.rollout.canary.analysis_seconds, engine_metrics(spec));
     std::pair<const std::string*, std::optional<double>*> asks[] = {{&q.ttft_p95, &tracks[i].ttft_p95},
                                                                     {&q.tpot_p95, &tracks[i].tpot_p95},
                                                                     {&q.requests, &tracks[i].requests},
@@ -99,7 +106,7 @@ std::optional<rollout::GateVerdict> PerformanceAnalyzer::measure(const platform:
     for (const auto* w : {&stable, &canary}) {
       for (const auto& p : w->pods) {
         if (!measurable(p) || (w == &canary && !canary_pod(p))) continue;
-        if (auto m = scrape(model, p)) {
+        if (auto m = scrape(model, p, engine_metrics(spec))) {
           b.pods[p.name] = *m;
         } else {
           b.unreadable.insert(p.name);
@@ -122,7 +129,7 @@ std::optional<rollout::GateVerdict> PerformanceAnalyzer::measure(const platform:
     const platform::WorkloadState& w = i == 0 ? stable : canary;
     for (const auto& p : w.pods) {
       if (!measurable(p) || (i == 1 && !canary_pod(p)) || base.unreadable.count(p.name)) continue;
-      auto m = scrape(model, p);
+      auto m = scrape(model, p, engine_metrics(spec));
       if (!m) continue;
       auto b = base.pods.find(p.name);
       rollout::TrackMetrics d = b == base.pods.end() ? *m : rollout::delta(b->second, *m);

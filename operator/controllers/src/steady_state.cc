@@ -105,8 +105,17 @@ Result<platform::WorkloadSpec> render_workload(const std::string& model, const a
                                                api::Track track, int32_t replicas, const PlanContext& ctx) {
   INFERGATE_ASSIGN_OR_RETURN(api::EngineCommand engine,
                              api::engine_command(config, model, ctx.layout, ctx.images));
+  INFERGATE_ASSIGN_OR_RETURN(const api::EngineProfile* profile, api::engine_profile_for(config));
   for (const auto& e : config.scheduling.env) {
     const std::string name = e.value("name", "");
+    for (const auto& prefix : profile->env_flag_prefixes) {
+      if (name.rfind(prefix, 0) == 0) {
+        return Error(ErrorCode::kInvalidArgument,
+                     "spec.podTemplate.env: " + name + " is read by " + std::string(profile->name) +
+                         " as a command-line option, past the engine.args check; pass it in spec.engine.args",
+                     "ConflictingEnv");
+      }
+    }
     if (engine.container.env.count(name)) {
       return Error(ErrorCode::kInvalidArgument,
                    "spec.podTemplate.env: " + name + " is set by the " +

@@ -180,25 +180,26 @@ std::vector<std::string> model_index_values(const Json& object) {
   return {client::object_namespace(object) + "/" + model};
 }
 
-Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
-  const std::string hash = spec.template_hash();
-  std::map<std::string, std::string> selector = {
-      {std::string(api::labels::kModel), model.name},
-      {std::string(api::labels::kTrack), std::string(api::to_string(spec.track))}};
-  std::map<std::string, std::string> pod_labels = spec.labels;
-  for (const auto& [k, v] : selector) pod_labels[k] = v;
-  pod_labels[std::string(api::labels::kRevision)] = spec.revision;
-  const api::Layout layout = kubernetes_layout();
-
-  Json verify = container_json(kVerifyContainer, spec.verify);
+// The init step: the agent verifies the tree (fast, early refusal: the pod never starts serving)
+// and installs itself into the shared emptyDir for the serving container.
+Json verify_container(const WorkloadSpec& spec, const api::Layout& layout) {
+  Json verify = container_json(kVerifyContainer, api::agent_install_command(spec.verify, api::kAgentInstallDir));
   verify["terminationMessagePolicy"] = "File";  // the agent's JSON verdict, nothing else
   verify["volumeMounts"] =
       Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
-                   {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}}});
+                   {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}},
+                   {{"name", "infergate-agent"}, {"mountPath", std::string(api::kAgentInstallDir)}}});
   verify["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "128Mi"}}},
                          {"limits", {{"memory", "512Mi"}}}};
+  return verify;
+}
 
-  Json runtime = container_json(kRuntimeContainer, spec.engine.container);
+// The serving container: the engine, started through the installed agent, which verifies the tree
+// again before every start of the engine (a restarted container included).
+Json serving_container(const WorkloadSpec& spec, const api::Layout& layout) {
+  Json runtime =
+      container_json(kRuntimeContainer, api::agent_wrapped(spec.verify, spec.engine.container, api::kAgentInstallDir));
+  // The agent's JSON verdict when it refuses; the engine's last log lines when it crashes.
   runtime["terminationMessagePolicy"] = "FallbackToLogsOnError";
   runtime["ports"] =
       Json::array({{{"name", "http"}, {"containerPort", spec.engine.port}, {"protocol", "TCP"}}});
@@ -218,19 +219,41 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   for (const auto& e : spec.scheduling.env) runtime["env"].push_back(e);
   Json mounts =
       Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
+                   {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}},
+                   {{"name", "infergate-agent"}, {"mountPath", std::string(api::kAgentInstallDir)}, {"readOnly", true}},
                    {{"name", "tmp"}, {"mountPath", "/tmp"}}});
   if (spec.engine.needs_shared_memory) mounts.push_back({{"name", "dshm"}, {"mountPath", "/dev/shm"}});
   for (const auto& m : spec.scheduling.volume_mounts) mounts.push_back(m);
   runtime["volumeMounts"] = mounts;
+  return runtime;
+}
 
+Json pod_volumes(const WorkloadSpec& spec) {
   Json volumes = Json::array(
       {artifact_volume(spec.artifact),
        {{"name", "trust-keys"}, {"secret", {{"secretName", spec.trust_secret}, {"defaultMode", 0444}}}},
+       // The agent with its libraries (a few MiB), installed by the init container.
+       {{"name", "infergate-agent"}, {"emptyDir", {{"sizeLimit", "256Mi"}}}},
        {{"name", "tmp"}, {"emptyDir", Json::object()}}});
   if (spec.engine.needs_shared_memory) {
     volumes.push_back({{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "8Gi"}}}});
   }
   for (const auto& v : spec.scheduling.volumes) volumes.push_back(v);
+  return volumes;
+}
+
+Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
+  const std::string hash = spec.template_hash();
+  std::map<std::string, std::string> selector = {
+      {std::string(api::labels::kModel), model.name},
+      {std::string(api::labels::kTrack), std::string(api::to_string(spec.track))}};
+  std::map<std::string, std::string> pod_labels = spec.labels;
+  for (const auto& [k, v] : selector) pod_labels[k] = v;
+  pod_labels[std::string(api::labels::kRevision)] = spec.revision;
+  const api::Layout layout = kubernetes_layout();
+  Json verify = verify_container(spec, layout);
+  Json runtime = serving_container(spec, layout);
+  Json volumes = pod_volumes(spec);
   Json pod_spec = {{"automountServiceAccountToken", false},
                    {"enableServiceLinks", false},
                    {"terminationGracePeriodSeconds", 60},

@@ -205,16 +205,37 @@ GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platfor
   return verdict(Outcome::kPending, "EvalRunning", "the eval job is running");
 }
 
-TrackMetrics track_metrics(const std::vector<Sample>& samples) {
+namespace {
+
+// The first of `spellings` the scrape has.
+std::optional<Histogram> first_histogram(const std::vector<Sample>& samples,
+                                         const std::vector<api::SeriesSelector>& spellings) {
+  for (const auto& s : spellings) {
+    if (auto h = extract_histogram(samples, s.name, s.labels)) return h;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> first_counter(const std::vector<Sample>& samples,
+                                    const std::vector<api::SeriesSelector>& spellings) {
+  for (const auto& s : spellings) {
+    if (auto v = sum_of(samples, s.name, s.labels)) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TrackMetrics track_metrics(const std::vector<Sample>& samples, const api::EngineMetrics& metrics) {
   TrackMetrics t;
-  auto ttft = extract_histogram(samples, kTtftMetric);
-  auto tpot = extract_histogram(samples, kTpotMetric);
-  auto req = sum_of(samples, kRequestsMetric);
-  auto err = sum_of(samples, kErrorsMetric);
+  auto ttft = first_histogram(samples, metrics.ttft);
+  auto tpot = first_histogram(samples, metrics.tpot);
+  auto req = first_counter(samples, metrics.requests);
+  auto err = first_counter(samples, metrics.errors);
   if (ttft) t.ttft = *ttft;
   if (tpot) t.tpot = *tpot;
-  t.requests = req.value_or(0);
   t.errors = err.value_or(0);  // a server that never failed may export no error series at all
+  t.requests = req.value_or(0) + (metrics.errors_in_requests ? 0 : t.errors);
   t.complete = ttft.has_value() && tpot.has_value() && req.has_value();
   return t;
 }
@@ -317,20 +338,55 @@ GateVerdict evaluate_performance(const api::PerformanceGateSpec& spec, const Tra
                  quantile(0.95, canary.tpot), stable.requests, canary.requests, canary.errors, min_requests);
 }
 
+namespace {
+
+// A PromQL regular expression matching exactly `value` (inside a double-quoted string).
+std::string promql_regex_literal(const std::string& value) {
+  std::string out;
+  for (char ch : value) {
+    if (std::string_view(".+*?^$()[]{}|\\").find(ch) != std::string_view::npos) out += "\\\\";
+    if (ch == '"') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+std::string promql_selector(const std::string& track_selector, const api::SeriesSelector& s) {
+  std::string sel = track_selector;
+  for (const auto& [key, values] : s.labels) {
+    std::string alternatives;
+    for (const auto& v : values) alternatives += (alternatives.empty() ? "" : "|") + promql_regex_literal(v);
+    sel += "," + key + "=~\"" + alternatives + "\"";
+  }
+  return "{" + sel + "}";
+}
+
+}  // namespace
+
 PromQueries prometheus_queries(const std::string& ns, const std::string& model, api::Track track,
-                               int64_t window_seconds) {
+                               int64_t window_seconds, const api::EngineMetrics& metrics) {
   std::string sel = "model=\"" + model + "\",track=\"" + std::string(api::to_string(track)) + "\"";
   if (!ns.empty()) sel = "namespace=\"" + ns + "\"," + sel;
   const std::string w = "[" + std::to_string(std::max<int64_t>(window_seconds, 1)) + "s]";
-  auto p95 = [&](std::string_view metric) {
-    return "histogram_quantile(0.95, sum by (le) (increase(" + std::string(metric) + "_bucket{" + sel + "}" +
-           w + ")))";
+  auto any_of = [](const std::vector<api::SeriesSelector>& spellings, auto one) {
+    std::string q;
+    for (const auto& s : spellings) q += (q.empty() ? "" : " or ") + one(s);
+    return q;
+  };
+  auto p95 = [&](const api::SeriesSelector& s) {
+    return "histogram_quantile(0.95, sum by (le) (increase(" + s.name + "_bucket" + promql_selector(sel, s) + w +
+           ")))";
+  };
+  auto total = [&](const api::SeriesSelector& s) {
+    return "sum(increase(" + s.name + promql_selector(sel, s) + w + "))";
   };
   PromQueries q;
-  q.ttft_p95 = p95(kTtftMetric);
-  q.tpot_p95 = p95(kTpotMetric);
-  q.requests = "sum(increase(" + std::string(kRequestsMetric) + "{" + sel + "}" + w + "))";
-  q.errors = "sum(increase(" + std::string(kErrorsMetric) + "{" + sel + "}" + w + ")) or vector(0)";
+  q.ttft_p95 = any_of(metrics.ttft, p95);
+  q.tpot_p95 = any_of(metrics.tpot, p95);
+  q.requests = any_of(metrics.requests, total);
+  q.errors = any_of(metrics.errors, total);
+  q.errors = q.errors.empty() ? "vector(0)" : "(" + q.errors + ") or vector(0)";
+  if (!metrics.errors_in_requests && !q.requests.empty()) q.requests = "(" + q.requests + ") + (" + q.errors + ")";
   return q;
 }
 
@@ -407,18 +463,25 @@ GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec
 
 std::vector<UnmeasurableThreshold> unmeasurable_thresholds(const api::InferenceModelSpec& spec) {
   std::vector<UnmeasurableThreshold> out;
-  if (spec.engine.kind == api::EngineKind::kBundled) return out;
-  const std::string engine(api::to_string(spec.engine.kind));
+  const api::EngineProfile& engine =
+      api::engine_profile(spec.engine.kind, api::image_engine_version(spec.engine.kind, spec.engine.image));
+  const auto& m = engine.metrics;
   const auto& p = spec.rollout.performance;
   const std::string base = "spec.rollout.gates.performance.";
-  auto add = [&](const std::optional<double>& threshold, const char* field, std::string_view metric) {
+  auto add = [&](const std::optional<double>& threshold, const char* field, const char* needs) {
     if (!threshold) return;
-    out.push_back({base + field, "the performance gate reads " + std::string(metric) + ", which the " +
-                                     engine + " engine does not export (only the bundled runtime does)"});
+    out.push_back({base + field, std::string(engine.name) + " (" + std::string(engine.release) +
+                                     ") exports no " + needs + " on /metrics"});
   };
-  add(p.max_ttft_p95_ratio, "maxTTFTP95Ratio", kTtftMetric);
-  add(p.max_tpot_p95_ratio, "maxTPOTP95Ratio", kTpotMetric);
-  add(p.max_error_rate, "maxErrorRate", kErrorsMetric);
+  if (m.requests.empty()) {  // without a request count there is no evidence of traffic for any of them
+    add(p.max_ttft_p95_ratio, "maxTTFTP95Ratio", "request counter (and no time-to-first-token histogram)");
+    add(p.max_tpot_p95_ratio, "maxTPOTP95Ratio", "request counter (and no inter-token latency histogram)");
+    add(p.max_error_rate, "maxErrorRate", "request counter");
+    return out;
+  }
+  if (m.ttft.empty()) add(p.max_ttft_p95_ratio, "maxTTFTP95Ratio", "time-to-first-token histogram");
+  if (m.tpot.empty()) add(p.max_tpot_p95_ratio, "maxTPOTP95Ratio", "inter-token latency histogram");
+  if (m.errors.empty()) add(p.max_error_rate, "maxErrorRate", "failed-request counter");
   return out;
 }
 

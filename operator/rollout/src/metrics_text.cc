@@ -118,7 +118,20 @@ Result<std::vector<Sample>> parse_prometheus_text(std::string_view text) {
   return out;
 }
 
-std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, std::string_view name) {
+namespace {
+
+bool matches(const Sample& s, const LabelFilter& labels) {
+  for (const auto& [key, values] : labels) {
+    auto it = s.labels.find(key);
+    if (it == s.labels.end() || std::find(values.begin(), values.end(), it->second) == values.end()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, std::string_view name,
+                                           const LabelFilter& labels) {
   const std::string bucket = std::string(name) + "_bucket";
   const std::string sum = std::string(name) + "_sum";
   const std::string count = std::string(name) + "_count";
@@ -126,6 +139,7 @@ std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, s
   Histogram h;
   bool found = false;
   for (const auto& s : samples) {
+    if (!matches(s, labels)) continue;
     if (s.name == bucket) {
       auto le = s.labels.find("le");
       if (le == s.labels.end()) continue;
@@ -148,10 +162,11 @@ std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, s
   return h;
 }
 
-std::optional<double> sum_of(const std::vector<Sample>& samples, std::string_view name) {
+std::optional<double> sum_of(const std::vector<Sample>& samples, std::string_view name,
+                             const LabelFilter& labels) {
   std::optional<double> total;
   for (const auto& s : samples) {
-    if (s.name == name) total = total.value_or(0) + s.value;
+    if (s.name == name && matches(s, labels)) total = total.value_or(0) + s.value;
   }
   return total;
 }

@@ -164,18 +164,213 @@ TEST(VllmEngine, NeedsAnExportedQuantizationForInt8Weights) {
                            }),
                            "m", Layout{}, Images{});
   ASSERT_TRUE(ok.ok()) << ok.error().to_string();
-  EXPECT_EQ(arg(ok->container.args, "--quantization"), "compressed-tensors");
+  // vLLM reads compressed-tensors from config.json itself.
+  EXPECT_FALSE(has(ok->container.args, "--quantization"));
 }
 
-TEST(VllmEngine, RefusesA16BitKvCacheOfTheOtherType) {
+// experts_int8 quantizes bf16 weights while loading: what would be served is not the signed release.
+TEST(VllmEngine, RefusesLoadTimeQuantizationAsAnInt8Method) {
   auto e = engine_command(config([](Json& j) {
-                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}};
-                            j["spec"]["serving"]["weightFormat"] = "bf16";
-                            j["spec"]["serving"]["kvCacheDtype"] = "fp16";
+                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "experts_int8"}};
+                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
                           }),
                           "m", Layout{}, Images{});
   ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.error().reason(), "UnsupportedKvCacheDtype");
+  EXPECT_EQ(e.error().reason(), "UnsupportedQuantization");
+  EXPECT_NE(e.error().message().find("compressed-tensors"), std::string::npos) << e.error().message();
+}
+
+// An explicit --quantization awq|gptq stops vLLM from upgrading to its Marlin kernels: the adapter
+// leaves detection to vLLM and passes only a method the user named as a kernel choice.
+TEST(VllmEngine, LeavesAwqAndGptqToDetectionSoVllmPicksMarlin) {
+  for (std::string method : {"awq", "gptq"}) {
+    auto e = engine_command(config([&](Json& j) {
+                              j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", method}};
+                              j["spec"]["serving"]["weightFormat"] = "int4";
+                              j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                            }),
+                            "m", Layout{}, Images{});
+    ASSERT_TRUE(e.ok()) << method << ": " << e.error().to_string();
+    EXPECT_FALSE(has(e->container.args, "--quantization")) << method;
+    EXPECT_FALSE(has(e->container.args, "--dtype")) << method;
+  }
+  auto marlin = engine_command(config([&](Json& j) {
+                                 j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "awq_marlin"}};
+                                 j["spec"]["serving"]["weightFormat"] = "int4";
+                                 j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                               }),
+                               "m", Layout{}, Images{});
+  ASSERT_TRUE(marlin.ok());
+  EXPECT_EQ(arg(marlin->container.args, "--quantization"), "awq_marlin");
+}
+
+// The usual Hugging Face release is bf16 and the default kvCacheDtype fp16: vLLM keeps an unquantized
+// cache in the model's dtype, so both 16-bit KV dtypes run as "auto".
+TEST(VllmEngine, RunsABf16ReleaseWithTheDefault16BitKvCache) {
+  for (std::string kv : {"fp16", "bf16"}) {
+    auto e = engine_command(config([&](Json& j) {
+                              j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}};
+                              j["spec"]["serving"]["weightFormat"] = "bf16";
+                              j["spec"]["serving"]["kvCacheDtype"] = kv;
+                            }),
+                            "m", Layout{}, Images{});
+    ASSERT_TRUE(e.ok()) << kv << ": " << e.error().to_string();
+    EXPECT_EQ(arg(e->container.args, "--kv-cache-dtype"), "auto");
+    EXPECT_EQ(arg(e->container.args, "--dtype"), "bfloat16");
+  }
+}
+
+// vLLM >= 0.20 (torch >= 2.11) calls getpass.getuser(), which fails for uid 65532 without USER/LOGNAME.
+TEST(VllmEngine, SetsUserAndWritableCachesForANonRootPodWithoutAPasswdEntry) {
+  auto e = engine_command(config([](Json& j) {
+                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}};
+                            j["spec"]["serving"]["weightFormat"] = "bf16";
+                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                          }),
+                          "m", Layout{}, Images{});
+  ASSERT_TRUE(e.ok());
+  const auto& env = e->container.env;
+  EXPECT_FALSE(env.at("USER").empty());
+  EXPECT_FALSE(env.at("LOGNAME").empty());
+  for (const char* dir : {"HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "HF_HOME",
+                          "VLLM_CACHE_ROOT"}) {
+    EXPECT_EQ(env.at(dir).rfind("/tmp", 0), 0u) << dir << " is not on the writable /tmp emptyDir";
+  }
+}
+
+// Every spelling vLLM's FlexibleArgumentParser maps onto a flag the operator sets: underscores,
+// `=value`, argparse prefixes, short aliases with attached values; and inputs the agent did not verify.
+TEST(VllmEngine, RefusesEverySpellingOfAnOwnedFlagAndUnverifiedInputs) {
+  for (std::string a : {"--max_model_len=4096", "--max-model-len", "--max-model", "--tensor_parallel_size",
+                        "-tp", "-tp8", "--model=/elsewhere", "--kv_cache_dtype", "-q", "--served_model_name",
+                        "--config", "--tokenizer=/tmp/t", "--download-dir", "--load_format", "--lora-modules",
+                        "--speculative-config", "--hf-config-path"}) {
+    auto e = engine_command(config([&](Json& j) {
+                              j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"args", {a, "x"}}};
+                              j["spec"]["serving"]["weightFormat"] = "bf16";
+                              j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                            }),
+                            "m", Layout{}, Images{});
+    ASSERT_FALSE(e.ok()) << a << " was accepted";
+    EXPECT_EQ(e.error().reason(), "ConflictingEngineArgs") << a;
+    EXPECT_NE(e.error().message().find(a), std::string::npos) << e.error().message();
+  }
+  auto fine = engine_command(config([](Json& j) {
+                               j["spec"]["engine"] = {{"kind", "vllm"},
+                                                      {"image", "v"},
+                                                      {"args", {"--gpu-memory-utilization=0.85", "--enable-prefix-caching", "--trust-remote-code"}}};
+                               j["spec"]["serving"]["weightFormat"] = "bf16";
+                               j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                             }),
+                             "m", Layout{}, Images{});
+  EXPECT_TRUE(fine.ok()) << fine.error().to_string();
+}
+
+TEST(VllmEngine, BfloatAndFloatKvOfTheOtherTypeBothRunUnquantized) {
+  auto e = engine_command(config([](Json& j) {
+                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}};
+                            j["spec"]["serving"]["weightFormat"] = "fp16";
+                            j["spec"]["serving"]["kvCacheDtype"] = "bf16";
+                          }),
+                          "m", Layout{}, Images{});
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  EXPECT_EQ(arg(e->container.args, "--dtype"), "float16");
+}
+
+TEST(Engines, RefusesAnImageOlderThanEveryProfileRow) {
+  auto e = engine_command(config([](Json& j) {
+                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "vllm/vllm-openai:v0.5.4"}};
+                            j["spec"]["serving"]["weightFormat"] = "bf16";
+                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                          }),
+                          "m", Layout{}, Images{});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().reason(), "UnsupportedEngineVersion");
+  EXPECT_NE(e.error().message().find("v0.5.4"), std::string::npos) << e.error().message();
+  EXPECT_NE(e.error().message().find("spec.engine.image"), std::string::npos);
+}
+
+TEST(EngineProfiles, ReadTheVersionFromEachEnginesImageTags) {
+  EXPECT_EQ(image_engine_version(EngineKind::kVllm, "vllm/vllm-openai:v0.11.0"), (EngineVersion{0, 11, 0}));
+  EXPECT_EQ(image_engine_version(EngineKind::kSglang, "lmsysorg/sglang:v0.5.3-cu126"), (EngineVersion{0, 5, 3}));
+  EXPECT_EQ(image_engine_version(EngineKind::kSglang, "lmsysorg/sglang:v0.4"), (EngineVersion{0, 4, 0}));
+  EXPECT_EQ(image_engine_version(EngineKind::kVllm, "registry:5000/vllm:v0.10.2@sha256:abc"), (EngineVersion{0, 10, 2}));
+  EXPECT_EQ(image_engine_version(EngineKind::kLlamacpp, "ghcr.io/ggml-org/llama.cpp:server-cuda-b6500"),
+            (EngineVersion{0, 6500, 0}));
+  EXPECT_EQ(image_engine_version(EngineKind::kLlamacpp, "ghcr.io/ggml-org/llama.cpp:server-b5000"),
+            (EngineVersion{0, 5000, 0}));
+  EXPECT_FALSE(image_engine_version(EngineKind::kVllm, "vllm/vllm-openai:latest"));
+  EXPECT_FALSE(image_engine_version(EngineKind::kVllm, "vllm/vllm-openai@sha256:abc"));
+  EXPECT_FALSE(image_engine_version(EngineKind::kVllm, "registry:5000/vllm"));
+  EXPECT_FALSE(image_engine_version(EngineKind::kLlamacpp, "ghcr.io/ggml-org/llama.cpp:server-cuda"));
+}
+
+// Each profile row is the data the adapters and gates read: the rows stay consistent with the
+// adapters' refusals and with what the CRD says per engine.
+TEST(EngineProfiles, EveryRowNamesItsCommandKvSpellingsAndOwnedFlags) {
+  for (const auto& p : engine_profiles()) {
+    SCOPED_TRACE(std::string(p.name) + " " + std::string(p.release));
+    EXPECT_FALSE(p.command.empty());
+    EXPECT_FALSE(p.kv_cache_dtype.empty());
+    EXPECT_FALSE(p.owned.empty());
+    for (const auto& f : p.owned) EXPECT_FALSE(f.spellings.empty());
+    for (const auto& m : p.quantization_passed) {
+      bool listed = false;
+      for (const auto& [wf, methods] : p.quantization_methods)
+        listed = listed || std::find(methods.begin(), methods.end(), m) != methods.end();
+      EXPECT_TRUE(listed) << m;
+    }
+  }
+}
+
+TEST(SglangEngine, TurnsMetricsOnAndRefusesItsAliasesAndPrefixes) {
+  auto make = [](std::vector<std::string> args) {
+    return engine_command(config([&](Json& j) {
+                            j["spec"]["engine"] = {{"kind", "sglang"}, {"image", "lmsysorg/sglang:v0.5.3"}, {"args", args}};
+                            j["spec"]["serving"]["weightFormat"] = "bf16";
+                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                          }),
+                          "m", Layout{}, Images{});
+  };
+  auto e = make({});
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  EXPECT_TRUE(has(e->container.args, "--enable-metrics"));
+  EXPECT_EQ(e->container.env.at("USER"), "infergate");
+  for (std::string a : {"--model", "--model=/x", "--tensor-parallel-size", "--tp", "--tp-size=2", "--context",
+                        "--config", "--tokenizer-path", "--speculative-draft-model-path"}) {
+    auto bad = make({a, "1"});
+    ASSERT_FALSE(bad.ok()) << a;
+    EXPECT_EQ(bad.error().reason(), "ConflictingEngineArgs") << a;
+  }
+  // SGLang's argparse does not rewrite underscores: --tp_size is the engine's own error, not an override.
+  EXPECT_TRUE(make({"--mem-fraction-static", "0.85"}).ok());
+}
+
+TEST(LlamacppEngine, FlashAttentionSpelledForTheImagesBuildAndDownloadsRefused) {
+  auto make = [](std::string image, std::vector<std::string> args = {}) {
+    return engine_command(config([&](Json& j) {
+                            j["spec"]["engine"] = {
+                                {"kind", "llamacpp"}, {"image", image}, {"modelFile", "m.gguf"}, {"args", args}};
+                          }),
+                          "m", Layout{}, Images{});
+  };
+  auto old = make("ghcr.io/ggml-org/llama.cpp:server-b5000");
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  const auto& a = old->container.args;
+  auto fa = std::find(a.begin(), a.end(), "--flash-attn");
+  ASSERT_NE(fa, a.end());
+  EXPECT_TRUE(fa + 1 == a.end() || (fa + 1)->rfind("-", 0) == 0) << "a bare switch before b6327";
+  auto now = make("ghcr.io/ggml-org/llama.cpp:server-cuda-b6500");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(arg(now->container.args, "--flash-attn"), "on");
+  EXPECT_TRUE(has(now->container.args, "--metrics"));
+  for (std::string bad : {"-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--lora", "-m", "--ctx_size", "-fa"}) {
+    auto e = make("ghcr.io/ggml-org/llama.cpp:server", {bad, "x"});
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.error().reason(), "ConflictingEngineArgs") << bad;
+  }
+  // llama.cpp has no --flag=value and no prefixes: "--ctx" is its own (unknown) flag.
+  EXPECT_TRUE(make("ghcr.io/ggml-org/llama.cpp:server", {"--threads", "8"}).ok());
 }
 
 TEST(SglangEngine, UsesItsOwnFlagNames) {
@@ -208,7 +403,7 @@ TEST(LlamacppEngine, MapsInt8KvToQ8AndScalesContextBySlots) {
   EXPECT_EQ(arg(a, "--flash-attn"), "on");
   EXPECT_EQ(arg(a, "--ctx-size"), std::to_string(32768 * 16));
   EXPECT_EQ(arg(a, "--parallel"), "16");
-  EXPECT_TRUE(e->container.command.empty());
+  EXPECT_EQ(e->container.command, std::vector<std::string>{"/app/llama-server"});
 }
 
 TEST(LlamacppEngine, RefusesFp8KvAndAMissingGgufFile) {

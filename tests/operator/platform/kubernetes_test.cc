@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "api/testdata.h"
@@ -72,7 +73,7 @@ TEST(RenderDeployment, MountsTheArtifactReadOnlyEverywhere) {
       }
     }
   }
-  EXPECT_EQ(mounts, 3);  // verify: artifact + keys; runtime: artifact
+  EXPECT_EQ(mounts, 4);  // verify and runtime (whose agent wrapper verifies again): artifact + keys
   Json nfs = render_deployment(
       kModel, workload([](Json& j) {
         j["spec"]["artifact"]["volume"] = {{"nfs", {{"server", "nfs.local"}, {"path", "/exports/models"}}}};
@@ -95,6 +96,69 @@ TEST(RenderDeployment, RunsTheAgentFirstWithTheTrustSecretAndTerminationLog) {
   EXPECT_EQ(runtime["readinessProbe"]["httpGet"]["path"], "/readyz");
   EXPECT_EQ(runtime["livenessProbe"]["httpGet"]["path"], "/healthz");
   EXPECT_EQ(runtime["resources"]["limits"]["nvidia.com/gpu"], "1");
+}
+
+// Verification on every start: the init container installs the agent into an emptyDir, and every
+// engine's container (a third-party image without our agent included) starts through it.
+TEST(RenderDeployment, EveryEngineStartsThroughTheAgentTheInitContainerInstalled) {
+  for (std::string kind : {"bundled", "vllm"}) {
+    SCOPED_TRACE(kind);
+    Json d = render_deployment(kModel, workload([&](Json& j) {
+                                 if (kind == "bundled") return;
+                                 j["spec"]["engine"] = {{"kind", "vllm"},
+                                                        {"image", "vllm/vllm-openai:v0.11.0"},
+                                                        {"args", {"--enable-prefix-caching"}}};
+                                 j["spec"]["serving"]["weightFormat"] = "bf16";
+                                 j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                               }));
+    const Json& pod = d["spec"]["template"]["spec"];
+    const Json& verify = named(pod["initContainers"], "verify");
+    const Json& va = verify["args"];
+    ASSERT_GE(va.size(), 2u);
+    EXPECT_EQ(va[va.size() - 2], "--install-agent");
+    EXPECT_EQ(va[va.size() - 1], "/infergate");
+    EXPECT_FALSE(named(verify["volumeMounts"], "infergate-agent").value("readOnly", false));
+    EXPECT_EQ(named(pod["volumes"], "infergate-agent")["emptyDir"]["sizeLimit"], "256Mi");
+    const Json& runtime = named(pod["containers"], "runtime");
+    EXPECT_EQ(named(runtime["volumeMounts"], "infergate-agent")["readOnly"], true);
+    EXPECT_EQ(named(runtime["volumeMounts"], "trust-keys")["readOnly"], true);
+    std::vector<std::string> cmd = runtime["command"].get<std::vector<std::string>>();
+    ASSERT_GE(cmd.size(), 8u);
+    EXPECT_EQ(std::vector<std::string>(cmd.begin(), cmd.begin() + 6),
+              (std::vector<std::string>{"/infergate/lib/ld.so", "--library-path", "/infergate/lib",
+                                        "/infergate/bin/infergate-agent", "exec", "/models/glm-4-9b/r3"}));
+    auto dashes = std::find(cmd.begin(), cmd.end(), "--");
+    ASSERT_NE(dashes, cmd.end());
+    // exec takes the init step's verify flags, without the install.
+    std::vector<std::string> flags(cmd.begin() + 6, dashes);
+    std::vector<std::string> verify_flags(va.begin() + 2, va.end() - 2);
+    EXPECT_EQ(flags, verify_flags);
+    std::vector<std::string> engine(dashes + 1, cmd.end());
+    if (kind == "bundled") {
+      EXPECT_EQ(engine, std::vector<std::string>{"infergate-runtime"});
+      EXPECT_EQ(runtime["args"][0], "serve");
+    } else {
+      EXPECT_EQ(engine, (std::vector<std::string>{"python3", "-m", "vllm.entrypoints.openai.api_server"}));
+      EXPECT_EQ(runtime["args"][0], "--model");
+      EXPECT_EQ(runtime["args"].back(), "--enable-prefix-caching");
+      EXPECT_EQ(runtime["image"], "vllm/vllm-openai:v0.11.0");
+    }
+  }
+}
+
+// llama.cpp reads every option from LLAMA_ARG_* too: podTemplate.env must not get past engine.args.
+TEST(RenderWorkload, RefusesEnvThatLlamacppReadsAsOptions) {
+  Json j = api::testing::valid_model();
+  j["spec"]["engine"] = {{"kind", "llamacpp"}, {"image", "ghcr.io/ggml-org/llama.cpp:server-b6500"},
+                         {"modelFile", "m.gguf"}};
+  j["spec"]["podTemplate"] = {{"env", {{{"name", "LLAMA_ARG_HF_REPO"}, {"value", "someone/model"}}}}};
+  auto m = api::parse_inference_model(j);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  controllers::PlanContext ctx{WallTime{}, api::Images{}, kubernetes_layout()};
+  auto w = controllers::render_workload("glm-4-9b", api::pod_config(m->spec), api::Track::kStable, 1, ctx);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().reason(), "ConflictingEnv");
+  EXPECT_NE(w.error().message().find("LLAMA_ARG_HF_REPO"), std::string::npos) << w.error().message();
 }
 
 TEST(RenderDeployment, IsOwnedByTheModelAndSelectsItsTrack) {

@@ -272,19 +272,129 @@ StageInputs all_passed() {
   return in;
 }
 
-TEST(GateAdmission, PerformanceThresholdsAreMeasurableOnlyOnTheBundledRuntime) {
+TEST(GateAdmission, ThresholdsAreMeasurableWhereTheEngineExportsTheSeries) {
   api::InferenceModelSpec spec;
   spec.rollout.performance.max_ttft_p95_ratio = 1.5;
   spec.rollout.performance.max_error_rate = 0.01;
   EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
-  spec.engine.kind = api::EngineKind::kSglang;
+  for (auto kind : {api::EngineKind::kVllm, api::EngineKind::kSglang}) {
+    spec.engine.kind = kind;
+    EXPECT_TRUE(unmeasurable_thresholds(spec).empty()) << api::to_string(kind);
+  }
+  // llama-server's /metrics has counters and gauges of tokens, no latency histograms, no request count.
+  spec.engine.kind = api::EngineKind::kLlamacpp;
+  spec.engine.image = "ghcr.io/ggml-org/llama.cpp:server-b6500";
   auto u = unmeasurable_thresholds(spec);
   ASSERT_EQ(u.size(), 2u);
   EXPECT_EQ(u[0].field, "spec.rollout.gates.performance.maxTTFTP95Ratio");
-  EXPECT_NE(u[0].why.find("infergate_time_to_first_token_seconds"), std::string::npos);
+  EXPECT_NE(u[0].why.find("llama.cpp"), std::string::npos) << u[0].why;
+  EXPECT_NE(u[0].why.find("time-to-first-token histogram"), std::string::npos) << u[0].why;
+  EXPECT_EQ(u[1].field, "spec.rollout.gates.performance.maxErrorRate");
   spec.rollout.performance = {};
   spec.rollout.quality.max_mean_kl = 0.01;  // not judged here: the eval Job talks to the OpenAI API
   EXPECT_TRUE(unmeasurable_thresholds(spec).empty());
+}
+
+// Fixtures written from each engine's exposition (names and labels from their sources, see
+// operator/api/src/engine_profile.cc): a vLLM v0.11 server, which exports the inter-token latency
+// histogram under its new and its deprecated name, the HTTP middleware's request counter beside it.
+constexpr const char* kVllm011Metrics = R"(# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="glm"} 6.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="glm"} 9.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="glm"} 10.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="glm"} 10.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="glm"} 1.9
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="glm"} 300.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.05",model_name="glm"} 400.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="glm"} 400.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="glm"} 400.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="glm"} 4.1
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{engine="0",le="0.01",model_name="glm"} 1.0
+vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf",model_name="glm"} 400.0
+vllm:time_per_output_token_seconds_count{engine="0",model_name="glm"} 400.0
+vllm:time_per_output_token_seconds_sum{engine="0",model_name="glm"} 40.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="glm"} 7.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="glm"} 2.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="glm"} 1.0
+# TYPE http_requests_total counter
+http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 10.0
+http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 2.0
+http_requests_total{handler="/metrics",method="GET",status="5xx"} 30.0
+)";
+
+TEST(EngineMetrics, VllmPrefersInterTokenLatencyAndCountsFailuresBesideSuccesses) {
+  auto s = parse_prometheus_text(kVllm011Metrics);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  TrackMetrics t = track_metrics(*s, api::engine_profile(api::EngineKind::kVllm).metrics);
+  EXPECT_TRUE(t.complete);
+  EXPECT_DOUBLE_EQ(t.tpot.sum, 4.1);  // inter_token_latency, not the deprecated series
+  EXPECT_DOUBLE_EQ(t.ttft.count, 10);
+  EXPECT_DOUBLE_EQ(t.errors, 2);         // 5xx on the OpenAI routes only, not on /metrics
+  EXPECT_DOUBLE_EQ(t.requests, 10 + 2);  // finished requests plus the failed ones
+  // A vLLM before v0.11 has only the older name.
+  std::string v010 = kVllm011Metrics;
+  auto cut = v010.find("# TYPE vllm:inter_token_latency_seconds");
+  v010.erase(cut, v010.find("# TYPE vllm:time_per_output_token_seconds") - cut);
+  auto old = parse_prometheus_text(v010);
+  ASSERT_TRUE(old.ok());
+  TrackMetrics o = track_metrics(*old, api::engine_profile(api::EngineKind::kVllm).metrics);
+  EXPECT_TRUE(o.complete);
+  EXPECT_DOUBLE_EQ(o.tpot.sum, 40.0);
+  // The bundled runtime's names read nothing from it.
+  EXPECT_FALSE(track_metrics(*s).complete);
+}
+
+TEST(EngineMetrics, SglangAndLlamacppAsTheirServersExportThem) {
+  auto sg = parse_prometheus_text(R"(# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="glm"} 4.0
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="glm"} 5.0
+sglang:time_to_first_token_seconds_sum{model_name="glm"} 0.9
+sglang:time_to_first_token_seconds_count{model_name="glm"} 5.0
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{le="0.02",model_name="glm"} 90.0
+sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="glm"} 100.0
+sglang:inter_token_latency_seconds_sum{model_name="glm"} 1.5
+sglang:inter_token_latency_seconds_count{model_name="glm"} 100.0
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="glm"} 5.0
+# TYPE sglang:num_aborted_requests_total counter
+sglang:num_aborted_requests_total{model_name="glm"} 1.0
+)");
+  ASSERT_TRUE(sg.ok());
+  TrackMetrics t = track_metrics(*sg, api::engine_profile(api::EngineKind::kSglang).metrics);
+  EXPECT_TRUE(t.complete);
+  EXPECT_DOUBLE_EQ(t.requests, 6);
+  EXPECT_DOUBLE_EQ(t.errors, 1);
+  auto ll = parse_prometheus_text(R"(# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 120
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 400
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 1
+)");
+  ASSERT_TRUE(ll.ok());
+  EXPECT_FALSE(track_metrics(*ll, api::engine_profile(api::EngineKind::kLlamacpp).metrics).complete);
+}
+
+TEST(PrometheusPath, EngineQueriesTryEverySpellingAndSelectTheFailedRequests) {
+  PromQueries q = prometheus_queries("models", "glm", api::Track::kStable, 60,
+                                     api::engine_profile(api::EngineKind::kVllm).metrics);
+  EXPECT_NE(q.tpot_p95.find("vllm:inter_token_latency_seconds_bucket{"), std::string::npos) << q.tpot_p95;
+  EXPECT_NE(q.tpot_p95.find(" or histogram_quantile(0.95, sum by (le) (increase(vllm:time_per_output_token"),
+            std::string::npos)
+      << q.tpot_p95;
+  EXPECT_NE(q.errors.find(R"(http_requests_total{namespace="models",model="glm",track="stable",)"
+                          R"(handler=~"/v1/completions|/v1/chat/completions",status=~"5xx"}[60s])"),
+            std::string::npos)
+      << q.errors;
+  // vLLM counts a failed request apart from the finished ones: the denominator adds them.
+  EXPECT_EQ(q.requests.rfind("(sum(increase(vllm:request_success_total{", 0), 0u) << q.requests;
+  EXPECT_NE(q.requests.find(") + ("), std::string::npos) << q.requests;
 }
 
 TEST(Decide, PromotesOnlyWhenEveryGatePassedAndTheWindowIsOver) {

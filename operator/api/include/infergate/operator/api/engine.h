@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "infergate/common/result.h"
+#include "infergate/operator/api/engine_profile.h"
 #include "infergate/operator/api/names.h"
 
 namespace infergate::op::api {
@@ -51,11 +52,29 @@ std::string model_dir(const PodConfig& config, const Layout& layout);
 //  --expect-weight-format F --termination-log <path>`.
 ContainerCommand agent_verify_command(const PodConfig& config, const Layout& layout, const Images& images);
 
+// The profile row (engine_profile.h) for the spec's engine at the version its image tag names; an
+// image older than every row is refused (UnsupportedEngineVersion).
+Result<const EngineProfile*> engine_profile_for(const PodConfig& config);
+
 // The serving container for config.engine.kind. Refusals (reason words): UnsupportedKvCacheDtype,
 // UnsupportedWeightFormat, UnsupportedQuantization, MissingModelFile, ConflictingEngineArgs,
-// MissingEngineImage. `served_name` is the model name clients use in requests.
+// MissingEngineImage, UnsupportedEngineVersion. `served_name` is the model name clients use in requests.
 Result<EngineCommand> engine_command(const PodConfig& config, std::string_view served_name,
                                      const Layout& layout, const Images& images);
+
+// ---- Verification on every start: the serving container runs through the agent ----
+// The init step installs a self-contained agent (its binary, shared libraries and loader) into an
+// emptyDir; the serving container starts as `<dir>/lib/ld.so --library-path <dir>/lib
+// <dir>/bin/infergate-agent exec <the verify flags> -- <engine command> <engine args>`, so the tree is
+// verified again in the same container immediately before the engine starts, at every restart, in
+// any engine's image (no change to third-party images; the engine inherits none of our libraries).
+inline constexpr std::string_view kAgentInstallDir = "/infergate";
+// The verify step with `--install-agent <dir>`.
+ContainerCommand agent_install_command(const ContainerCommand& verify, std::string_view dir);
+// The engine's container (image, env, args unchanged), its command started through the installed
+// agent: command `<dir>/lib/ld.so ... exec <verify flags> -- <engine command>`, args the engine's.
+ContainerCommand agent_wrapped(const ContainerCommand& verify, const ContainerCommand& engine,
+                               std::string_view dir);
 
 // The KV-cache dtypes an engine can run (what the CRD's CEL rule lists too).
 std::vector<KvCacheDtype> supported_kv_cache_dtypes(EngineKind kind);

@@ -45,7 +45,8 @@ class PerformanceAnalyzer {
     std::set<std::string> unreadable;                   // pods that could not be scraped at the start
     std::optional<rollout::GateVerdict> verdict;        // once measured
   };
-  std::optional<rollout::TrackMetrics> scrape(const platform::ModelRef& model, const platform::PodState& pod);
+  std::optional<rollout::TrackMetrics> scrape(const platform::ModelRef& model, const platform::PodState& pod,
+                                              const api::EngineMetrics& metrics);
   rollout::GateVerdict from_prometheus(const platform::ModelRef& model, const api::InferenceModelSpec& spec);
 
   platform::Platform& platform_;

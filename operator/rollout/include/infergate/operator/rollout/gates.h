@@ -68,7 +68,8 @@ GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platfor
 
 // ---- Performance ----
 
-// Metric names (CONTRACTS.md "Runtime metrics").
+// The bundled runtime's metric names (CONTRACTS.md "Runtime metrics"); every engine's names are in
+// its profile (api::engine_profile(kind).metrics).
 inline constexpr std::string_view kTtftMetric = "infergate_time_to_first_token_seconds";
 inline constexpr std::string_view kTpotMetric = "infergate_time_per_output_token_seconds";
 inline constexpr std::string_view kRequestsMetric = "infergate_requests_total";
@@ -83,8 +84,10 @@ struct TrackMetrics {
   bool complete = false;  // every metric the gate needs was there
 };
 
-// One pod's scrape.
-TrackMetrics track_metrics(const std::vector<Sample>& samples);
+// One pod's scrape, read with the engine's series (the first spelling of each quantity the scrape
+// has). `requests` counts failed requests too, whichever way the engine counts them.
+TrackMetrics track_metrics(const std::vector<Sample>& samples,
+                           const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
 // after - before for one pod (a restarted pod counts from zero).
 TrackMetrics delta(const TrackMetrics& before, const TrackMetrics& after);
 TrackMetrics add(const TrackMetrics& a, const TrackMetrics& b);
@@ -107,8 +110,10 @@ struct PromQueries {
   std::string requests;
   std::string errors;
 };
+// Each quantity over the engine's spellings of it, joined with `or` (the first that has data).
 PromQueries prometheus_queries(const std::string& namespace_, const std::string& model, api::Track track,
-                               int64_t window_seconds);
+                               int64_t window_seconds,
+                               const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
 // "<base>/api/v1/query?query=<urlencoded>".
 std::string prometheus_query_url(const std::string& base, const std::string& query);
 // The single value of an instant-vector or scalar answer; nullopt for an empty vector or NaN.
@@ -126,9 +131,9 @@ GateVerdict evaluate_performance_prometheus(const api::PerformanceGateSpec& spec
 
 // A threshold of spec.rollout.gates that cannot be measured on the spec's engine, with why. A stage
 // with one is refused before any canary starts (Progressing=False, GateNotMeasurable), rather than
-// running to an Inconclusive verdict that can only roll back. Today the performance gate reads the
-// infergate_* metrics (kTtftMetric, ...), which only the bundled runtime exports; an engine adapter
-// that maps its own metric names makes its thresholds measurable and drops them from this list.
+// running to an Inconclusive verdict that can only roll back. The performance gate reads each
+// engine's own series (its profile's metrics); a quantity an engine does not export (llama.cpp's
+// server has no latency histograms and no request counter) cannot be gated on.
 struct UnmeasurableThreshold {
   std::string field;  // "spec.rollout.gates.performance.maxTTFTP95Ratio"
   std::string why;

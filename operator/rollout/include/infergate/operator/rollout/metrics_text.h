@@ -32,11 +32,17 @@ struct Histogram {
   bool empty() const { return count <= 0; }
 };
 
-// The histogram `name` (from name_bucket / name_sum / name_count), every series added together.
-// nullopt when the exposition has no such histogram.
-std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, std::string_view name);
-// The sum of every series of `name` (a counter or gauge); nullopt when there is none.
-std::optional<double> sum_of(const std::vector<Sample>& samples, std::string_view name);
+// Per label, the values a series may have: a series matches when each listed label has one of its
+// values (empty: every series).
+using LabelFilter = std::map<std::string, std::vector<std::string>>;
+
+// The histogram `name` (from name_bucket / name_sum / name_count), every series that matches `labels`
+// added together. nullopt when the exposition has no such histogram.
+std::optional<Histogram> extract_histogram(const std::vector<Sample>& samples, std::string_view name,
+                                           const LabelFilter& labels = {});
+// The sum of every series of `name` matching `labels` (a counter or gauge); nullopt when there is none.
+std::optional<double> sum_of(const std::vector<Sample>& samples, std::string_view name,
+                             const LabelFilter& labels = {});
 
 // after - before, bucket by bucket. A counter that went down means the process restarted: then `after`
 // is what happened since (Prometheus' rate() treats resets the same way). Buckets are matched by bound.
