@@ -16,15 +16,18 @@ Error refuse(std::string reason, std::string message) {
 Status check_extra_args(const PodConfig& c, const EngineProfile& profile) {
   auto conflict = find_arg_conflict(profile, c.engine.args);
   if (!conflict) return ok_status();
-  const std::string spelled =
-      conflict->arg == conflict->flag ? conflict->flag : "\"" + conflict->arg + "\" (" + std::string(profile.name) + " reads it as " + conflict->flag + ")";
+  const std::string spelled = conflict->arg == conflict->flag
+                                  ? conflict->flag
+                                  : "\"" + conflict->arg + "\" (" + std::string(profile.name) +
+                                        " reads it as " + conflict->flag + ")";
   if (conflict->unverified) {
-    return refuse("ConflictingEngineArgs", "spec.engine.args: " + spelled + " makes " + std::string(profile.name) +
-                                               " read input the agent did not verify; the engine reads only the "
-                                               "verified artifact directory");
+    return refuse("ConflictingEngineArgs",
+                  "spec.engine.args: " + spelled + " makes " + std::string(profile.name) +
+                      " read input the agent did not verify; the engine reads only the "
+                      "verified artifact directory");
   }
-  return refuse("ConflictingEngineArgs", "spec.engine.args: " + spelled + " is set by " + conflict->field +
-                                             "; remove it from args");
+  return refuse("ConflictingEngineArgs",
+                "spec.engine.args: " + spelled + " is set by " + conflict->field + "; remove it from args");
 }
 
 // The checkpoint method of a quantized Hugging Face release, and whether the engine is told it.
@@ -77,11 +80,11 @@ std::string activation_dtype(const PodConfig& c) {
 Status refuse_kv(const PodConfig& c, const EngineProfile& profile, std::string_view hint) {
   if (profile.kv_cache_dtype.count(c.serving.kv_cache_dtype)) return ok_status();
   std::string list;
-  for (auto d : supported_kv_cache_dtypes(c.engine.kind)) list += (list.empty() ? "" : ", ") + std::string(to_string(d));
-  return refuse("UnsupportedKvCacheDtype", std::string(profile.name) + " has no " +
-                                               std::string(to_string(c.serving.kv_cache_dtype)) +
-                                               " KV cache (spec.serving.kvCacheDtype; supported: " + list + ")" +
-                                               std::string(hint));
+  for (auto d : supported_kv_cache_dtypes(c.engine.kind))
+    list += (list.empty() ? "" : ", ") + std::string(to_string(d));
+  return refuse("UnsupportedKvCacheDtype",
+                std::string(profile.name) + " has no " + std::string(to_string(c.serving.kv_cache_dtype)) +
+                    " KV cache (spec.serving.kvCacheDtype; supported: " + list + ")" + std::string(hint));
 }
 
 Status refuse_model_file(const PodConfig& c) {
@@ -93,7 +96,9 @@ void append(std::vector<std::string>& to, const std::vector<std::string>& from) 
   to.insert(to.end(), from.begin(), from.end());
 }
 
-int engine_port(const Layout& layout, int conventional) { return layout.port > 0 ? layout.port : conventional; }
+int engine_port(const Layout& layout, int conventional) {
+  return layout.port > 0 ? layout.port : conventional;
+}
 
 Result<EngineCommand> bundled(const PodConfig& c, const EngineProfile& profile, std::string_view served,
                               const Layout& layout, const Images& images) {
@@ -247,14 +252,22 @@ Result<EngineCommand> llamacpp(const PodConfig& c, const EngineProfile& profile,
   auto& a = e.container.args;
   // llama-server splits -c across its -np slots: ask for context x slots so each request gets the
   // full maxContextLength.
-  a = {"--model",        model_dir(c, layout) + "/" + c.engine.model_file,
-       "--alias",        std::string(served),
-       "--host",         layout.listen_host,
-       "--port",         std::to_string(e.port),
-       "--ctx-size",     std::to_string(c.serving.max_context_length * c.serving.max_concurrency),
-       "--parallel",     std::to_string(c.serving.max_concurrency),
-       "--cache-type-k", cache,
-       "--cache-type-v", cache,
+  a = {"--model",
+       model_dir(c, layout) + "/" + c.engine.model_file,
+       "--alias",
+       std::string(served),
+       "--host",
+       layout.listen_host,
+       "--port",
+       std::to_string(e.port),
+       "--ctx-size",
+       std::to_string(c.serving.max_context_length * c.serving.max_concurrency),
+       "--parallel",
+       std::to_string(c.serving.max_concurrency),
+       "--cache-type-k",
+       cache,
+       "--cache-type-v",
+       cache,
        std::string(profile.metrics_flag)};
   // A quantized V cache needs flash attention in llama.cpp. Since build b6327 the flag takes a value
   // (a bare -fa would swallow the next argument); before, it was a switch.
@@ -313,10 +326,10 @@ Result<const EngineProfile*> engine_profile_for(const PodConfig& config) {
   const auto version = image_engine_version(config.engine.kind, config.engine.image);
   const EngineProfile& p = engine_profile(config.engine.kind, version);
   if (version && *version < p.since) {
-    return refuse("UnsupportedEngineVersion", "spec.engine.image: " + std::string(p.name) + " " +
-                                                  version->to_string() + " (from the image tag) is older than " +
-                                                  "the releases the operator's " + std::string(p.name) +
-                                                  " adapter knows: " + std::string(p.release));
+    return refuse("UnsupportedEngineVersion",
+                  "spec.engine.image: " + std::string(p.name) + " " + version->to_string() +
+                      " (from the image tag) is older than " + "the releases the operator's " +
+                      std::string(p.name) + " adapter knows: " + std::string(p.release));
   }
   return &p;
 }

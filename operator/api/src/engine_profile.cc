@@ -90,7 +90,9 @@ EngineProfile vllm_row() {
   p.release = "v0.6.0 and later";
   p.since = {0, 6, 0};
   p.command = {"python3", "-m", "vllm.entrypoints.openai.api_server"};
-  p.grammar = {.equals_form = true, .underscores_are_dashes = true, .abbreviations = true,
+  p.grammar = {.equals_form = true,
+               .underscores_are_dashes = true,
+               .abbreviations = true,
                .attached_short_values = true};
   p.owned = {flag(kModel, {"--model"}),
              flag(kName, {"--served-model-name"}),
@@ -105,16 +107,18 @@ EngineProfile vllm_row() {
   // and HF_HUB_OFFLINE keeps a hub's out (Kimi K2's tokenizer needs it).
   p.unverified_inputs = {
       flag(kUnverified, {"--config"}),  // a YAML file of more flags, read before this check could see them
-      flag(kUnverified, {"--tokenizer", "--hf-config-path", "--download-dir", "--load-format",
-                         "--model-loader-extra-config", "--revision", "--code-revision",
-                         "--tokenizer-revision", "--speculative-config", "--lora-modules",
-                         "--qlora-adapter-name-or-path", "--hf-token"})};
-  p.kv_cache_dtype = {{KvCacheDtype::kFp16, "auto"}, {KvCacheDtype::kBf16, "auto"}, {KvCacheDtype::kFp8, "fp8"}};
+      flag(kUnverified,
+           {"--tokenizer", "--hf-config-path", "--download-dir", "--load-format",
+            "--model-loader-extra-config", "--revision", "--code-revision", "--tokenizer-revision",
+            "--speculative-config", "--lora-modules", "--qlora-adapter-name-or-path", "--hf-token"})};
+  p.kv_cache_dtype = {
+      {KvCacheDtype::kFp16, "auto"}, {KvCacheDtype::kBf16, "auto"}, {KvCacheDtype::kFp8, "fp8"}};
   // experts_int8 is not here: it quantizes bf16 weights while loading, so what is served is not the
   // signed int8 release.
-  p.quantization_methods = {{WeightFormat::kInt8, {"compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}},
-                            {WeightFormat::kInt4,
-                             {"awq", "awq_marlin", "compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}}};
+  p.quantization_methods = {
+      {WeightFormat::kInt8, {"compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}},
+      {WeightFormat::kInt4,
+       {"awq", "awq_marlin", "compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}}};
   // awq and gptq are left to the engine, which reads quant_method from config.json and upgrades it
   // to the Marlin kernels where the GPU has them; naming awq/gptq explicitly keeps the slow kernels.
   p.quantization_passed = {"awq_marlin", "gptq_marlin", "bitsandbytes"};
@@ -124,8 +128,8 @@ EngineProfile vllm_row() {
   p.metrics.ttft = {series("vllm:time_to_first_token_seconds")};
   p.metrics.tpot = {series("vllm:inter_token_latency_seconds"), series("vllm:time_per_output_token_seconds")};
   p.metrics.requests = {series("vllm:request_success_total")};
-  p.metrics.errors = {series("http_requests_total",
-                             {{"handler", {"/v1/completions", "/v1/chat/completions"}}, {"status", {"5xx"}}})};
+  p.metrics.errors = {series("http_requests_total", {{"handler", {"/v1/completions", "/v1/chat/completions"}},
+                                                     {"status", {"5xx"}}})};
   p.metrics.errors_in_requests = false;  // a request that failed never finished, so it is not a success
   return p;
 }
@@ -137,7 +141,9 @@ EngineProfile sglang_row() {
   p.release = "v0.4.0 and later";
   p.since = {0, 4, 0};
   p.command = {"python3", "-m", "sglang.launch_server"};
-  p.grammar = {.equals_form = true, .underscores_are_dashes = false, .abbreviations = true,
+  p.grammar = {.equals_form = true,
+               .underscores_are_dashes = false,
+               .abbreviations = true,
                .attached_short_values = true};
   p.owned = {flag(kModel, {"--model-path", "--model"}),
              flag(kName, {"--served-model-name"}),
@@ -153,15 +159,18 @@ EngineProfile sglang_row() {
                          flag(kUnverified, {"--tokenizer-path", "--download-dir", "--load-format",
                                             "--revision", "--speculative-draft-model-path", "--lora-paths"})};
   // SGLang has no plain "fp8": fp8_e4m3 is the format vLLM's "fp8" means.
-  p.kv_cache_dtype = {{KvCacheDtype::kFp16, "auto"}, {KvCacheDtype::kBf16, "auto"}, {KvCacheDtype::kFp8, "fp8_e4m3"}};
-  p.quantization_methods = {{WeightFormat::kInt8, {"compressed-tensors", "gptq", "w8a8_int8", "bitsandbytes"}},
-                            {WeightFormat::kInt4,
-                             {"awq", "awq_marlin", "compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}}};
+  p.kv_cache_dtype = {
+      {KvCacheDtype::kFp16, "auto"}, {KvCacheDtype::kBf16, "auto"}, {KvCacheDtype::kFp8, "fp8_e4m3"}};
+  p.quantization_methods = {
+      {WeightFormat::kInt8, {"compressed-tensors", "gptq", "w8a8_int8", "bitsandbytes"}},
+      {WeightFormat::kInt4,
+       {"awq", "awq_marlin", "compressed-tensors", "gptq", "gptq_marlin", "bitsandbytes"}}};
   p.quantization_passed = {"awq_marlin", "gptq_marlin", "w8a8_int8", "bitsandbytes"};
   p.env = python_env();
   p.metrics_flag = "--enable-metrics";
   p.metrics.ttft = {series("sglang:time_to_first_token_seconds")};
-  p.metrics.tpot = {series("sglang:inter_token_latency_seconds"), series("sglang:time_per_output_token_seconds")};
+  p.metrics.tpot = {series("sglang:inter_token_latency_seconds"),
+                    series("sglang:time_per_output_token_seconds")};
   p.metrics.requests = {series("sglang:num_requests_total")};
   // Aborted requests (a client that went away counts too): an upper bound of the failures.
   p.metrics.errors = {series("sglang:num_aborted_requests_total")};
@@ -177,7 +186,9 @@ EngineProfile llamacpp_row(bool flash_attn_takes_value) {
                                      : "builds before b6327 (-fa is a bare switch)";
   p.since = flash_attn_takes_value ? EngineVersion{0, 6327, 0} : EngineVersion{0, 0, 0};
   p.command = {"/app/llama-server"};  // the server images' entrypoint (.devops/*.Dockerfile)
-  p.grammar = {.equals_form = false, .underscores_are_dashes = true, .abbreviations = false,
+  p.grammar = {.equals_form = false,
+               .underscores_are_dashes = true,
+               .abbreviations = false,
                .attached_short_values = false};
   p.owned = {flag(kModel, {"--model", "-m"}),
              flag(kName, {"--alias", "-a"}),
@@ -188,12 +199,35 @@ EngineProfile llamacpp_row(bool flash_attn_takes_value) {
              flag(kKv, {"--flash-attn", "-fa"}),
              flag(kTp, {"--n-gpu-layers", "--gpu-layers", "-ngl"}),
              flag(kMetrics, {"--metrics"})};
-  p.unverified_inputs = {
-      flag(kUnverified, {"--hf-repo", "-hf", "-hfr", "--hf-file", "-hff", "--hf-repo-draft", "-hfd", "-hfrd",
-                         "--hf-repo-v", "-hfv", "-hfrv", "--hf-file-v", "-hffv", "--model-url", "-mu",
-                         "--mmproj-url", "-mmu", "--docker-repo", "-dr", "--models-dir", "--models-preset",
-                         "--model-draft", "-md", "--lora", "--lora-scaled", "--control-vector",
-                         "--control-vector-scaled", "--mmproj", "-mm"})};
+  p.unverified_inputs = {flag(kUnverified, {"--hf-repo",
+                                            "-hf",
+                                            "-hfr",
+                                            "--hf-file",
+                                            "-hff",
+                                            "--hf-repo-draft",
+                                            "-hfd",
+                                            "-hfrd",
+                                            "--hf-repo-v",
+                                            "-hfv",
+                                            "-hfrv",
+                                            "--hf-file-v",
+                                            "-hffv",
+                                            "--model-url",
+                                            "-mu",
+                                            "--mmproj-url",
+                                            "-mmu",
+                                            "--docker-repo",
+                                            "-dr",
+                                            "--models-dir",
+                                            "--models-preset",
+                                            "--model-draft",
+                                            "-md",
+                                            "--lora",
+                                            "--lora-scaled",
+                                            "--control-vector",
+                                            "--control-vector-scaled",
+                                            "--mmproj",
+                                            "-mm"})};
   p.env_flag_prefixes = {"LLAMA_ARG_", "LLAMA_OFFLINE"};
   p.kv_cache_dtype = {{KvCacheDtype::kFp16, "f16"},
                       {KvCacheDtype::kBf16, "bf16"},
@@ -208,8 +242,8 @@ EngineProfile llamacpp_row(bool flash_attn_takes_value) {
 }  // namespace
 
 const std::vector<EngineProfile>& engine_profiles() {
-  static const std::vector<EngineProfile> rows = {bundled_row(), vllm_row(), sglang_row(), llamacpp_row(false),
-                                                  llamacpp_row(true)};
+  static const std::vector<EngineProfile> rows = {bundled_row(), vllm_row(), sglang_row(),
+                                                  llamacpp_row(false), llamacpp_row(true)};
   return rows;
 }
 

@@ -17,7 +17,8 @@ std::string option_name(const ArgGrammar& g, std::string_view token) {
   if (g.equals_form) {
     if (size_t eq = name.find('='); eq != std::string::npos) name.resize(eq);
   }
-  if (g.underscores_are_dashes && starts_with(name, "--")) std::replace(name.begin() + 2, name.end(), '_', '-');
+  if (g.underscores_are_dashes && starts_with(name, "--"))
+    std::replace(name.begin() + 2, name.end(), '_', '-');
   return name;
 }
 
@@ -34,7 +35,8 @@ bool matches(const ArgGrammar& g, std::string_view token, const std::string& spe
     return true;
   }
   // argparse reads `-tp8` as `-tp 8` (a short option with its value attached).
-  if (!long_option && g.attached_short_values && token.size() > spelling.size() && starts_with(token, spelling)) {
+  if (!long_option && g.attached_short_values && token.size() > spelling.size() &&
+      starts_with(token, spelling)) {
     return true;
   }
   return false;
@@ -91,19 +93,22 @@ std::optional<EngineVersion> image_engine_version(EngineKind kind, std::string_v
   image = image.substr(0, image.find('@'));  // "repo:tag@sha256:..." keeps its tag; a digest alone has none
   const size_t slash = image.rfind('/');
   const size_t colon = image.rfind(':');
-  if (colon == std::string_view::npos || (slash != std::string_view::npos && colon < slash)) return std::nullopt;
+  if (colon == std::string_view::npos || (slash != std::string_view::npos && colon < slash))
+    return std::nullopt;
   const std::string_view tag = image.substr(colon + 1);
   if (kind == EngineKind::kLlamacpp) return llamacpp_build(tag);
   return semver(tag);
 }
 
-std::optional<ArgConflict> find_arg_conflict(const EngineProfile& profile, const std::vector<std::string>& args) {
+std::optional<ArgConflict> find_arg_conflict(const EngineProfile& profile,
+                                             const std::vector<std::string>& args) {
   auto check = [&](const std::vector<OwnedFlag>& flags, bool unverified) -> std::optional<ArgConflict> {
     for (const auto& token : args) {
       if (token.empty() || token[0] != '-') continue;
       for (const auto& f : flags) {
         for (const auto& s : f.spellings) {
-          if (matches(profile.grammar, token, s)) return ArgConflict{token, f.spellings.front(), f.field, unverified};
+          if (matches(profile.grammar, token, s))
+            return ArgConflict{token, f.spellings.front(), f.field, unverified};
         }
       }
     }

@@ -52,8 +52,8 @@ rollout::GateVerdict PerformanceAnalyzer::from_prometheus(const platform::ModelR
   rollout::PromTrack tracks[2];
   const api::Track which[2] = {api::Track::kStable, api::Track::kCanary};
   for (int i = 0; i < 2; ++i) {
-    rollout::PromQueries q = rollout::prometheus_queries(model.namespace_, model.name, which[i],
-                                                         spec.rollout.canary.analysis_seconds, engine_metrics(spec));
+    rollout::PromQueries q = rollout::prometheus_queries(
+        model.namespace_, model.name, which[i], spec.rollout.canary.analysis_seconds, engine_metrics(spec));
     std::pair<const std::string*, std::optional<double>*> asks[] = {{&q.ttft_p95, &tracks[i].ttft_p95},
                                                                     {&q.tpot_p95, &tracks[i].tpot_p95},
                                                                     {&q.requests, &tracks[i].requests},

@@ -183,7 +183,8 @@ std::vector<std::string> model_index_values(const Json& object) {
 // The init step: the agent verifies the tree (fast, early refusal: the pod never starts serving)
 // and installs itself into the shared emptyDir for the serving container.
 Json verify_container(const WorkloadSpec& spec, const api::Layout& layout) {
-  Json verify = container_json(kVerifyContainer, api::agent_install_command(spec.verify, api::kAgentInstallDir));
+  Json verify =
+      container_json(kVerifyContainer, api::agent_install_command(spec.verify, api::kAgentInstallDir));
   verify["terminationMessagePolicy"] = "File";  // the agent's JSON verdict, nothing else
   verify["volumeMounts"] =
       Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
@@ -197,8 +198,8 @@ Json verify_container(const WorkloadSpec& spec, const api::Layout& layout) {
 // The serving container: the engine, started through the installed agent, which verifies the tree
 // again before every start of the engine (a restarted container included).
 Json serving_container(const WorkloadSpec& spec, const api::Layout& layout) {
-  Json runtime =
-      container_json(kRuntimeContainer, api::agent_wrapped(spec.verify, spec.engine.container, api::kAgentInstallDir));
+  Json runtime = container_json(
+      kRuntimeContainer, api::agent_wrapped(spec.verify, spec.engine.container, api::kAgentInstallDir));
   // The agent's JSON verdict when it refuses; the engine's last log lines when it crashes.
   runtime["terminationMessagePolicy"] = "FallbackToLogsOnError";
   runtime["ports"] =
@@ -217,11 +218,11 @@ Json serving_container(const WorkloadSpec& spec, const api::Layout& layout) {
   if (!res.empty()) runtime["resources"] = res;
   // spec.podTemplate's env and mounts go to the serving container only, after the operator's own.
   for (const auto& e : spec.scheduling.env) runtime["env"].push_back(e);
-  Json mounts =
-      Json::array({{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
-                   {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}},
-                   {{"name", "infergate-agent"}, {"mountPath", std::string(api::kAgentInstallDir)}, {"readOnly", true}},
-                   {{"name", "tmp"}, {"mountPath", "/tmp"}}});
+  Json mounts = Json::array(
+      {{{"name", "model-artifacts"}, {"mountPath", layout.model_root}, {"readOnly", true}},
+       {{"name", "trust-keys"}, {"mountPath", layout.trust_dir}, {"readOnly", true}},
+       {{"name", "infergate-agent"}, {"mountPath", std::string(api::kAgentInstallDir)}, {"readOnly", true}},
+       {{"name", "tmp"}, {"mountPath", "/tmp"}}});
   if (spec.engine.needs_shared_memory) mounts.push_back({{"name", "dshm"}, {"mountPath", "/dev/shm"}});
   for (const auto& m : spec.scheduling.volume_mounts) mounts.push_back(m);
   runtime["volumeMounts"] = mounts;

@@ -374,8 +374,8 @@ PromQueries prometheus_queries(const std::string& ns, const std::string& model, 
     return q;
   };
   auto p95 = [&](const api::SeriesSelector& s) {
-    return "histogram_quantile(0.95, sum by (le) (increase(" + s.name + "_bucket" + promql_selector(sel, s) + w +
-           ")))";
+    return "histogram_quantile(0.95, sum by (le) (increase(" + s.name + "_bucket" + promql_selector(sel, s) +
+           w + ")))";
   };
   auto total = [&](const api::SeriesSelector& s) {
     return "sum(increase(" + s.name + promql_selector(sel, s) + w + "))";
@@ -386,7 +386,8 @@ PromQueries prometheus_queries(const std::string& ns, const std::string& model, 
   q.requests = any_of(metrics.requests, total);
   q.errors = any_of(metrics.errors, total);
   q.errors = q.errors.empty() ? "vector(0)" : "(" + q.errors + ") or vector(0)";
-  if (!metrics.errors_in_requests && !q.requests.empty()) q.requests = "(" + q.requests + ") + (" + q.errors + ")";
+  if (!metrics.errors_in_requests && !q.requests.empty())
+    q.requests = "(" + q.requests + ") + (" + q.errors + ")";
   return q;
 }
 

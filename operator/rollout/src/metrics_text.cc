@@ -123,7 +123,8 @@ namespace {
 bool matches(const Sample& s, const LabelFilter& labels) {
   for (const auto& [key, values] : labels) {
     auto it = s.labels.find(key);
-    if (it == s.labels.end() || std::find(values.begin(), values.end(), it->second) == values.end()) return false;
+    if (it == s.labels.end() || std::find(values.begin(), values.end(), it->second) == values.end())
+      return false;
   }
   return true;
 }

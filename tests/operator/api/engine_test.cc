@@ -170,11 +170,12 @@ TEST(VllmEngine, NeedsAnExportedQuantizationForInt8Weights) {
 
 // experts_int8 quantizes bf16 weights while loading: what would be served is not the signed release.
 TEST(VllmEngine, RefusesLoadTimeQuantizationAsAnInt8Method) {
-  auto e = engine_command(config([](Json& j) {
-                            j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "experts_int8"}};
-                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
-                          }),
-                          "m", Layout{}, Images{});
+  auto e = engine_command(
+      config([](Json& j) {
+        j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "experts_int8"}};
+        j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+      }),
+      "m", Layout{}, Images{});
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.error().reason(), "UnsupportedQuantization");
   EXPECT_NE(e.error().message().find("compressed-tensors"), std::string::npos) << e.error().message();
@@ -184,22 +185,24 @@ TEST(VllmEngine, RefusesLoadTimeQuantizationAsAnInt8Method) {
 // leaves detection to vLLM and passes only a method the user named as a kernel choice.
 TEST(VllmEngine, LeavesAwqAndGptqToDetectionSoVllmPicksMarlin) {
   for (std::string method : {"awq", "gptq"}) {
-    auto e = engine_command(config([&](Json& j) {
-                              j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", method}};
-                              j["spec"]["serving"]["weightFormat"] = "int4";
-                              j["spec"]["serving"]["kvCacheDtype"] = "fp8";
-                            }),
-                            "m", Layout{}, Images{});
+    auto e =
+        engine_command(config([&](Json& j) {
+                         j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", method}};
+                         j["spec"]["serving"]["weightFormat"] = "int4";
+                         j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+                       }),
+                       "m", Layout{}, Images{});
     ASSERT_TRUE(e.ok()) << method << ": " << e.error().to_string();
     EXPECT_FALSE(has(e->container.args, "--quantization")) << method;
     EXPECT_FALSE(has(e->container.args, "--dtype")) << method;
   }
-  auto marlin = engine_command(config([&](Json& j) {
-                                 j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "awq_marlin"}};
-                                 j["spec"]["serving"]["weightFormat"] = "int4";
-                                 j["spec"]["serving"]["kvCacheDtype"] = "fp8";
-                               }),
-                               "m", Layout{}, Images{});
+  auto marlin = engine_command(
+      config([&](Json& j) {
+        j["spec"]["engine"] = {{"kind", "vllm"}, {"image", "v"}, {"quantization", "awq_marlin"}};
+        j["spec"]["serving"]["weightFormat"] = "int4";
+        j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+      }),
+      "m", Layout{}, Images{});
   ASSERT_TRUE(marlin.ok());
   EXPECT_EQ(arg(marlin->container.args, "--quantization"), "awq_marlin");
 }
@@ -255,14 +258,16 @@ TEST(VllmEngine, RefusesEverySpellingOfAnOwnedFlagAndUnverifiedInputs) {
     EXPECT_EQ(e.error().reason(), "ConflictingEngineArgs") << a;
     EXPECT_NE(e.error().message().find(a), std::string::npos) << e.error().message();
   }
-  auto fine = engine_command(config([](Json& j) {
-                               j["spec"]["engine"] = {{"kind", "vllm"},
-                                                      {"image", "v"},
-                                                      {"args", {"--gpu-memory-utilization=0.85", "--enable-prefix-caching", "--trust-remote-code"}}};
-                               j["spec"]["serving"]["weightFormat"] = "bf16";
-                               j["spec"]["serving"]["kvCacheDtype"] = "fp8";
-                             }),
-                             "m", Layout{}, Images{});
+  auto fine = engine_command(
+      config([](Json& j) {
+        j["spec"]["engine"] = {
+            {"kind", "vllm"},
+            {"image", "v"},
+            {"args", {"--gpu-memory-utilization=0.85", "--enable-prefix-caching", "--trust-remote-code"}}};
+        j["spec"]["serving"]["weightFormat"] = "bf16";
+        j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+      }),
+      "m", Layout{}, Images{});
   EXPECT_TRUE(fine.ok()) << fine.error().to_string();
 }
 
@@ -292,9 +297,11 @@ TEST(Engines, RefusesAnImageOlderThanEveryProfileRow) {
 
 TEST(EngineProfiles, ReadTheVersionFromEachEnginesImageTags) {
   EXPECT_EQ(image_engine_version(EngineKind::kVllm, "vllm/vllm-openai:v0.11.0"), (EngineVersion{0, 11, 0}));
-  EXPECT_EQ(image_engine_version(EngineKind::kSglang, "lmsysorg/sglang:v0.5.3-cu126"), (EngineVersion{0, 5, 3}));
+  EXPECT_EQ(image_engine_version(EngineKind::kSglang, "lmsysorg/sglang:v0.5.3-cu126"),
+            (EngineVersion{0, 5, 3}));
   EXPECT_EQ(image_engine_version(EngineKind::kSglang, "lmsysorg/sglang:v0.4"), (EngineVersion{0, 4, 0}));
-  EXPECT_EQ(image_engine_version(EngineKind::kVllm, "registry:5000/vllm:v0.10.2@sha256:abc"), (EngineVersion{0, 10, 2}));
+  EXPECT_EQ(image_engine_version(EngineKind::kVllm, "registry:5000/vllm:v0.10.2@sha256:abc"),
+            (EngineVersion{0, 10, 2}));
   EXPECT_EQ(image_engine_version(EngineKind::kLlamacpp, "ghcr.io/ggml-org/llama.cpp:server-cuda-b6500"),
             (EngineVersion{0, 6500, 0}));
   EXPECT_EQ(image_engine_version(EngineKind::kLlamacpp, "ghcr.io/ggml-org/llama.cpp:server-b5000"),
@@ -325,12 +332,13 @@ TEST(EngineProfiles, EveryRowNamesItsCommandKvSpellingsAndOwnedFlags) {
 
 TEST(SglangEngine, TurnsMetricsOnAndRefusesItsAliasesAndPrefixes) {
   auto make = [](std::vector<std::string> args) {
-    return engine_command(config([&](Json& j) {
-                            j["spec"]["engine"] = {{"kind", "sglang"}, {"image", "lmsysorg/sglang:v0.5.3"}, {"args", args}};
-                            j["spec"]["serving"]["weightFormat"] = "bf16";
-                            j["spec"]["serving"]["kvCacheDtype"] = "fp8";
-                          }),
-                          "m", Layout{}, Images{});
+    return engine_command(
+        config([&](Json& j) {
+          j["spec"]["engine"] = {{"kind", "sglang"}, {"image", "lmsysorg/sglang:v0.5.3"}, {"args", args}};
+          j["spec"]["serving"]["weightFormat"] = "bf16";
+          j["spec"]["serving"]["kvCacheDtype"] = "fp8";
+        }),
+        "m", Layout{}, Images{});
   };
   auto e = make({});
   ASSERT_TRUE(e.ok()) << e.error().to_string();
@@ -348,11 +356,12 @@ TEST(SglangEngine, TurnsMetricsOnAndRefusesItsAliasesAndPrefixes) {
 
 TEST(LlamacppEngine, FlashAttentionSpelledForTheImagesBuildAndDownloadsRefused) {
   auto make = [](std::string image, std::vector<std::string> args = {}) {
-    return engine_command(config([&](Json& j) {
-                            j["spec"]["engine"] = {
-                                {"kind", "llamacpp"}, {"image", image}, {"modelFile", "m.gguf"}, {"args", args}};
-                          }),
-                          "m", Layout{}, Images{});
+    return engine_command(
+        config([&](Json& j) {
+          j["spec"]["engine"] = {
+              {"kind", "llamacpp"}, {"image", image}, {"modelFile", "m.gguf"}, {"args", args}};
+        }),
+        "m", Layout{}, Images{});
   };
   auto old = make("ghcr.io/ggml-org/llama.cpp:server-b5000");
   ASSERT_TRUE(old.ok()) << old.error().to_string();
@@ -364,7 +373,8 @@ TEST(LlamacppEngine, FlashAttentionSpelledForTheImagesBuildAndDownloadsRefused) 
   ASSERT_TRUE(now.ok());
   EXPECT_EQ(arg(now->container.args, "--flash-attn"), "on");
   EXPECT_TRUE(has(now->container.args, "--metrics"));
-  for (std::string bad : {"-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--lora", "-m", "--ctx_size", "-fa"}) {
+  for (std::string bad :
+       {"-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--lora", "-m", "--ctx_size", "-fa"}) {
     auto e = make("ghcr.io/ggml-org/llama.cpp:server", {bad, "x"});
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_EQ(e.error().reason(), "ConflictingEngineArgs") << bad;

@@ -149,8 +149,8 @@ TEST(RenderDeployment, EveryEngineStartsThroughTheAgentTheInitContainerInstalled
 // llama.cpp reads every option from LLAMA_ARG_* too: podTemplate.env must not get past engine.args.
 TEST(RenderWorkload, RefusesEnvThatLlamacppReadsAsOptions) {
   Json j = api::testing::valid_model();
-  j["spec"]["engine"] = {{"kind", "llamacpp"}, {"image", "ghcr.io/ggml-org/llama.cpp:server-b6500"},
-                         {"modelFile", "m.gguf"}};
+  j["spec"]["engine"] = {
+      {"kind", "llamacpp"}, {"image", "ghcr.io/ggml-org/llama.cpp:server-b6500"}, {"modelFile", "m.gguf"}};
   j["spec"]["podTemplate"] = {{"env", {{{"name", "LLAMA_ARG_HF_REPO"}, {"value", "someone/model"}}}}};
   auto m = api::parse_inference_model(j);
   ASSERT_TRUE(m.ok()) << m.error().to_string();

@@ -298,7 +298,8 @@ TEST(GateAdmission, ThresholdsAreMeasurableWhereTheEngineExportsTheSeries) {
 // Fixtures written from each engine's exposition (names and labels from their sources, see
 // operator/api/src/engine_profile.cc): a vLLM v0.11 server, which exports the inter-token latency
 // histogram under its new and its deprecated name, the HTTP middleware's request counter beside it.
-constexpr const char* kVllm011Metrics = R"(# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+constexpr const char* kVllm011Metrics =
+    R"(# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="glm"} 6.0
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="glm"} 9.0

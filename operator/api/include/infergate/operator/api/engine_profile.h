@@ -43,15 +43,15 @@ struct EngineMetrics {
 
 // How an engine's argument parser matches a user's token to one of its options.
 struct ArgGrammar {
-  bool equals_form = true;            // `--flag=value` is the flag
+  bool equals_form = true;              // `--flag=value` is the flag
   bool underscores_are_dashes = false;  // `--max_model_len` is `--max-model-len` (vLLM)
-  bool abbreviations = false;         // a unique prefix is the flag (Python argparse's allow_abbrev)
-  bool attached_short_values = false;  // `-tp8` is `-tp 8` (argparse's short options)
+  bool abbreviations = false;           // a unique prefix is the flag (Python argparse's allow_abbrev)
+  bool attached_short_values = false;   // `-tp8` is `-tp 8` (argparse's short options)
 };
 
 // A knob the operator owns, with every spelling the engine's parser accepts for it.
 struct OwnedFlag {
-  std::string field;                    // what sets it: "spec.serving.maxContextLength", "the operator"
+  std::string field;                   // what sets it: "spec.serving.maxContextLength", "the operator"
   std::vector<std::string> spellings;  // "--max-model-len", ...
 };
 
@@ -103,11 +103,12 @@ std::optional<EngineVersion> image_engine_version(EngineKind kind, std::string_v
 // The first of `args` that sets an owned flag or an unverified input of `profile`, under any
 // spelling its parser accepts; nullopt when none does. Refusal text names the flag and why.
 struct ArgConflict {
-  std::string arg;      // the user's token
-  std::string flag;     // the canonical spelling it matches
-  std::string field;    // who owns it
+  std::string arg;    // the user's token
+  std::string flag;   // the canonical spelling it matches
+  std::string field;  // who owns it
   bool unverified = false;
 };
-std::optional<ArgConflict> find_arg_conflict(const EngineProfile& profile, const std::vector<std::string>& args);
+std::optional<ArgConflict> find_arg_conflict(const EngineProfile& profile,
+                                             const std::vector<std::string>& args);
 
 }  // namespace infergate::op::api

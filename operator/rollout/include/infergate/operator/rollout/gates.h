@@ -86,8 +86,9 @@ struct TrackMetrics {
 
 // One pod's scrape, read with the engine's series (the first spelling of each quantity the scrape
 // has). `requests` counts failed requests too, whichever way the engine counts them.
-TrackMetrics track_metrics(const std::vector<Sample>& samples,
-                           const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
+TrackMetrics track_metrics(
+    const std::vector<Sample>& samples,
+    const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
 // after - before for one pod (a restarted pod counts from zero).
 TrackMetrics delta(const TrackMetrics& before, const TrackMetrics& after);
 TrackMetrics add(const TrackMetrics& a, const TrackMetrics& b);
@@ -111,9 +112,9 @@ struct PromQueries {
   std::string errors;
 };
 // Each quantity over the engine's spellings of it, joined with `or` (the first that has data).
-PromQueries prometheus_queries(const std::string& namespace_, const std::string& model, api::Track track,
-                               int64_t window_seconds,
-                               const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
+PromQueries prometheus_queries(
+    const std::string& namespace_, const std::string& model, api::Track track, int64_t window_seconds,
+    const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
 // "<base>/api/v1/query?query=<urlencoded>".
 std::string prometheus_query_url(const std::string& base, const std::string& query);
 // The single value of an instant-vector or scalar answer; nullopt for an empty vector or NaN.
