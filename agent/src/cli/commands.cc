@@ -99,8 +99,11 @@ void clear_outputs(const VerifyCommand& c) {
   }
 }
 
-// Verification with progress; returns the verified release or the refusal, already reported.
-Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout) {
+// Verification with progress; returns the verified release or the refusal, already reported. With
+// `then_exec` the command that follows owns the container's termination message: a verified release
+// is reported to the report file and the log only, so that a crashing engine's own last words (the
+// kubelet's FallbackToLogsOnError) are not hidden behind our "Verified" line.
+Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout, bool then_exec = false) {
   Status outputs = check_outputs(c);
   if (!outputs.ok()) {
     VerifyCommand safe = c;  // report the refusal only where that is allowed
@@ -133,7 +136,9 @@ Result<VerifiedRelease> verify_and_report(const VerifyCommand& c, bool to_stdout
                {"loader", installed->loader.string()},
                {"libraries", static_cast<unsigned long long>(installed->libraries.size())}});
   }
-  emit(c, success_report(*result), to_stdout);
+  VerifyCommand success = c;
+  if (then_exec) success.termination_log.reset();
+  emit(success, success_report(*result), to_stdout);
   const auto& r = *result;
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
   log::info("verified", {{"format", r.format},
@@ -244,7 +249,7 @@ int run_verify(const VerifyCommand& c) {
 
 int run_exec(const VerifyCommand& c, const std::vector<std::string>& argv) {
   if (argv.empty()) return report_usage_error("exec needs a command after --", c.termination_log);
-  auto r = verify_and_report(c, false);
+  auto r = verify_and_report(c, false, true);
   if (!r.ok()) return exit_code(reason_of(r.error()));
   std::vector<char*> args;
   args.reserve(argv.size() + 1);

@@ -247,7 +247,10 @@ TrackMetrics delta(const TrackMetrics& before, const TrackMetrics& after) {
   const bool reset = after.requests < before.requests || after.errors < before.errors;
   d.requests = reset ? after.requests : after.requests - before.requests;
   d.errors = reset ? after.errors : after.errors - before.errors;
-  d.complete = before.complete && after.complete;
+  // A series missing at the start counts from zero: engines create labelled series on their first
+  // request (SGLang's histograms and counters do not exist before it), so the window's opening
+  // scrape of an idle pod has none. What counts is that the closing scrape has them all.
+  d.complete = after.complete;
   return d;
 }
 
@@ -331,7 +334,8 @@ GateVerdict evaluate_performance(const api::PerformanceGateSpec& spec, const Tra
     GateVerdict v = verdict(Outcome::kInconclusive, "MetricsMissing",
                             std::string("performance gate inconclusive: the ") +
                                 (!canary.complete ? "canary" : "stable") +
-                                " pods do not export the runtime's latency histograms and request counter");
+                                " pods export no latency histograms and request counter the gate can read "
+                                "(the engine's series, docs/engine-adapters.md)");
     return v;
   }
   return compare(spec, quantile(0.95, stable.ttft), quantile(0.95, canary.ttft), quantile(0.95, stable.tpot),

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "agent_test_util.h"
+#include "infergate/common/fs.h"
 #include "infergate/common/subprocess.h"
 
 namespace infergate::agent {
@@ -59,6 +60,26 @@ TEST(ExecCli, NeverStartsTheCommandWhenVerificationFails) {
   EXPECT_EQ(run.reason(), "DigestMismatch");
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_EQ(run.out, "") << "exec keeps stdout for the command";
+}
+
+// After exec the engine owns the container's termination message: a "Verified" line there would hide
+// a crashing engine's own last log lines (the kubelet's FallbackToLogsOnError reads the file first).
+TEST(ExecCli, LeavesTheTerminationLogToTheCommandOnceVerified) {
+  Release r = make_release();
+  fs::path term = r.tmp.path() / "termination-log";
+  ASSERT_TRUE(write_file_atomic(term, "a verdict of an earlier start").ok());
+  auto args = exec_args(r, {"/bin/sh", "-c", "exit 7"});
+  args.insert(args.begin() + 4, {"--termination-log", term.string()});
+  auto run = run_agent(args);
+  EXPECT_EQ(run.exit_code, 7) << run.err;
+  EXPECT_EQ(run.reason(), "Verified");  // still in the report file
+  EXPECT_EQ(*read_file(term), "") << "neither our verdict nor an earlier one";
+  std::string tok = *read_file(r.dir / "tokenizer.json");
+  tok[1] ^= 1;
+  testing::write_file(r.dir, "tokenizer.json", tok);
+  auto refused = run_agent(args);
+  EXPECT_EQ(refused.exit_code, 33);
+  EXPECT_NE(read_file(term)->find("DigestMismatch"), std::string::npos) << *read_file(term);
 }
 
 TEST(ExecCli, DeliversSignalsToTheCommandDirectly) {

@@ -244,7 +244,10 @@ const std::vector<Row>& rows() {
       {"IdleRefusesAStageWhoseThresholdTheEngineCannotMeasure",
        [] {
          World w = idle_world();
-         w.object["spec"]["engine"] = {{"kind", "vllm"}, {"image", "vllm/vllm-openai:v0.9.2"}};
+         // llama-server's /metrics has no latency histogram (vLLM's and SGLang's are read).
+         w.object["spec"]["engine"] = {{"kind", "llamacpp"},
+                                       {"image", "ghcr.io/ggml-org/llama.cpp:server-b6500"},
+                                       {"modelFile", "glm.gguf"}};
          w.object["spec"]["rollout"]["gates"] = {{"performance", {{"maxTTFTP95Ratio", 1.5}}}};
          return w;
        },

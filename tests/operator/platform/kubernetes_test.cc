@@ -295,7 +295,9 @@ TEST(RenderDeployment, AppliesThePodTemplateButNeverToTheAgentOrTheSecurityConte
   EXPECT_EQ(named(pod["volumes"], "cache")["emptyDir"], Json::object());
   const Json& verify = named(pod["initContainers"], "verify");
   EXPECT_FALSE(verify.contains("env"));
-  EXPECT_EQ(verify["volumeMounts"].size(), 2u) << "the agent sees the artifact and the keys, nothing else";
+  // The agent sees the artifact, the keys and the emptyDir it installs itself into, nothing else.
+  EXPECT_EQ(verify["volumeMounts"].size(), 3u);
+  EXPECT_EQ(named(verify["volumeMounts"], "infergate-agent")["mountPath"], "/infergate");
   EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true);
 }
 

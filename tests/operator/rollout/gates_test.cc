@@ -382,6 +382,24 @@ llamacpp:requests_processing 1
   EXPECT_FALSE(track_metrics(*ll, api::engine_profile(api::EngineKind::kLlamacpp).metrics).complete);
 }
 
+// SGLang creates its labelled series at a pod's first request: the window's opening scrape of an idle
+// pod has none of them, and the window counts them from zero.
+TEST(EngineMetrics, ASeriesMissingAtTheStartOfTheWindowCountsFromZero) {
+  const auto& sglang = api::engine_profile(api::EngineKind::kSglang).metrics;
+  auto idle = parse_prometheus_text("sglang:num_running_reqs{model_name=\"glm\"} 0\n");
+  auto busy = parse_prometheus_text(
+      "sglang:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"glm\"} 3\n"
+      "sglang:inter_token_latency_seconds_bucket{le=\"+Inf\",model_name=\"glm\"} 30\n"
+      "sglang:num_requests_total{model_name=\"glm\"} 3\n");
+  ASSERT_TRUE(idle.ok() && busy.ok());
+  TrackMetrics before = track_metrics(*idle, sglang);
+  EXPECT_FALSE(before.complete);
+  TrackMetrics d = delta(before, track_metrics(*busy, sglang));
+  EXPECT_TRUE(d.complete);
+  EXPECT_DOUBLE_EQ(d.requests, 3);
+  EXPECT_FALSE(delta(track_metrics(*busy, sglang), before).complete) << "the closing scrape decides";
+}
+
 TEST(PrometheusPath, EngineQueriesTryEverySpellingAndSelectTheFailedRequests) {
   PromQueries q = prometheus_queries("models", "glm", api::Track::kStable, 60,
                                      api::engine_profile(api::EngineKind::kVllm).metrics);

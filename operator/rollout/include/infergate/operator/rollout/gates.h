@@ -89,7 +89,8 @@ struct TrackMetrics {
 TrackMetrics track_metrics(
     const std::vector<Sample>& samples,
     const api::EngineMetrics& metrics = api::engine_profile(api::EngineKind::kBundled).metrics);
-// after - before for one pod (a restarted pod counts from zero).
+// after - before for one pod (a restarted pod counts from zero, and so does a series the pod did not
+// export yet at `before`).
 TrackMetrics delta(const TrackMetrics& before, const TrackMetrics& after);
 TrackMetrics add(const TrackMetrics& a, const TrackMetrics& b);
 
