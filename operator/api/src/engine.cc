@@ -150,19 +150,28 @@ Result<EngineCommand> bundled(const PodConfig& c, const EngineProfile& profile, 
   return e;
 }
 
-Result<EngineCommand> vllm(const PodConfig& c, const EngineProfile& profile, std::string_view served,
-                           const Layout& layout) {
+// vLLM and SGLang take the same knobs under their own flag names.
+struct PythonEngineFlags {
+  const char* model;
+  const char* context;
+  const char* concurrency;
+  const char* tensor_parallel;
+  int port;
+};
+
+Result<EngineCommand> python_engine(const PodConfig& c, const EngineProfile& profile, std::string_view served,
+                                    const Layout& layout, const PythonEngineFlags& f) {
   INFERGATE_RETURN_IF_ERROR(refuse_kv(c, profile, "; use fp8, or the bundled engine for int8/int4"));
   INFERGATE_RETURN_IF_ERROR(refuse_model_file(c));
   INFERGATE_ASSIGN_OR_RETURN(std::string quant, hf_quantization(c, profile));
   INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
   const std::string dtype = activation_dtype(c);
   EngineCommand e;
-  e.port = engine_port(layout, 8000);
+  e.port = engine_port(layout, f.port);
   e.container.image = c.engine.image;
   e.container.command = profile.command;
   auto& a = e.container.args;
-  a = {"--model",
+  a = {f.model,
        model_dir(c, layout),
        "--served-model-name",
        std::string(served),
@@ -170,61 +179,29 @@ Result<EngineCommand> vllm(const PodConfig& c, const EngineProfile& profile, std
        layout.listen_host,
        "--port",
        std::to_string(e.port),
-       "--max-model-len",
+       f.context,
        std::to_string(c.serving.max_context_length),
-       "--max-num-seqs",
+       f.concurrency,
        std::to_string(c.serving.max_concurrency),
        "--kv-cache-dtype",
        profile.kv_cache_dtype.at(c.serving.kv_cache_dtype)};
+  if (!profile.metrics_flag.empty()) a.emplace_back(profile.metrics_flag);
   if (!dtype.empty()) append(a, {"--dtype", dtype});
   if (!quant.empty()) append(a, {"--quantization", quant});
-  if (c.resources.gpus() > 1) append(a, {"--tensor-parallel-size", std::to_string(c.resources.gpus())});
+  if (c.resources.gpus() > 1) append(a, {f.tensor_parallel, std::to_string(c.resources.gpus())});
   append(a, c.engine.args);
   // The root filesystem is read-only and the artifact is local: caches go to /tmp, nothing is fetched.
   e.container.env = profile.env;
   e.liveness_path = "/health";
   e.readiness_path = "/health";
-  e.needs_shared_memory = true;
+  e.needs_shared_memory = true;  // worker processes share tensors through /dev/shm
   return e;
 }
 
-Result<EngineCommand> sglang(const PodConfig& c, const EngineProfile& profile, std::string_view served,
-                             const Layout& layout) {
-  INFERGATE_RETURN_IF_ERROR(refuse_kv(c, profile, "; use fp8, or the bundled engine for int8/int4"));
-  INFERGATE_RETURN_IF_ERROR(refuse_model_file(c));
-  INFERGATE_ASSIGN_OR_RETURN(std::string quant, hf_quantization(c, profile));
-  INFERGATE_RETURN_IF_ERROR(check_extra_args(c, profile));
-  const std::string dtype = activation_dtype(c);
-  EngineCommand e;
-  e.port = engine_port(layout, 30000);
-  e.container.image = c.engine.image;
-  e.container.command = profile.command;
-  auto& a = e.container.args;
-  a = {"--model-path",
-       model_dir(c, layout),
-       "--served-model-name",
-       std::string(served),
-       "--host",
-       layout.listen_host,
-       "--port",
-       std::to_string(e.port),
-       "--context-length",
-       std::to_string(c.serving.max_context_length),
-       "--max-running-requests",
-       std::to_string(c.serving.max_concurrency),
-       "--kv-cache-dtype",
-       profile.kv_cache_dtype.at(c.serving.kv_cache_dtype),
-       std::string(profile.metrics_flag)};
-  if (!dtype.empty()) append(a, {"--dtype", dtype});
-  if (!quant.empty()) append(a, {"--quantization", quant});
-  if (c.resources.gpus() > 1) append(a, {"--tp-size", std::to_string(c.resources.gpus())});
-  append(a, c.engine.args);
-  e.container.env = profile.env;
-  e.liveness_path = "/health";
-  e.readiness_path = "/health";
-  e.needs_shared_memory = true;
-  return e;
-}
+constexpr PythonEngineFlags kVllmFlags{"--model", "--max-model-len", "--max-num-seqs",
+                                       "--tensor-parallel-size", 8000};
+constexpr PythonEngineFlags kSglangFlags{"--model-path", "--context-length", "--max-running-requests",
+                                         "--tp-size", 30000};
 
 Result<EngineCommand> llamacpp(const PodConfig& c, const EngineProfile& profile, std::string_view served,
                                const Layout& layout) {
@@ -344,8 +321,8 @@ Result<EngineCommand> engine_command(const PodConfig& config, std::string_view s
   Result<EngineCommand> out = internal_error("unreachable");
   switch (config.engine.kind) {
     case EngineKind::kBundled: out = bundled(config, *profile, served_name, layout, images); break;
-    case EngineKind::kVllm: out = vllm(config, *profile, served_name, layout); break;
-    case EngineKind::kSglang: out = sglang(config, *profile, served_name, layout); break;
+    case EngineKind::kVllm: out = python_engine(config, *profile, served_name, layout, kVllmFlags); break;
+    case EngineKind::kSglang: out = python_engine(config, *profile, served_name, layout, kSglangFlags); break;
     case EngineKind::kLlamacpp: out = llamacpp(config, *profile, served_name, layout); break;
   }
   return out;
