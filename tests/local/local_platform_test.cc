@@ -109,6 +109,10 @@ TEST_F(LocalPlatformTest, APodRunsTheAgentWhichExecsTheRuntimeOnAPortOfItsOwn) {
   };
   EXPECT_EQ(after("--public-key"), (root_.path() / "keys" / "signing-key").string() + "/");
   EXPECT_EQ(after("--termination-log"), "/state/pods/x/termination-log");
+  // exec reports a verified release to --report only (the runtime owns the termination log then).
+  EXPECT_EQ(after("--report"), "/state/pods/x/verdict.json");
+  EXPECT_LT(std::find(argv->begin(), argv->end(), "--report"), dashdash)
+      << "an agent flag, not the runtime's";
   EXPECT_EQ(after("--model"), model_dir);
   EXPECT_EQ(after("--port"), "0");
   EXPECT_EQ(after("--host"), "127.0.0.1");

@@ -25,6 +25,10 @@ namespace {
 
 constexpr std::string_view kTerminationLog = "termination-log";
 constexpr std::string_view kLastTerminationLog = "termination-log.last";
+// The agent's verdict on the current start. `exec` leaves the termination log to the command it
+// starts once the release is verified (a crashing engine's last words belong there), so a pod's
+// "Verified" is read from the agent's report file; a refusal is in both.
+constexpr std::string_view kVerdictFile = "verdict.json";
 
 std::string replace_all(std::string s, std::string_view from, const std::string& to) {
   if (from.empty()) return s;
@@ -429,6 +433,8 @@ Result<std::vector<std::string>> LocalPlatform::pod_command(const platform::Work
   for (size_t i = 1; i < verify.command.size(); ++i) argv.push_back(fill(verify.command[i]));
   argv.push_back("exec");
   for (size_t i = 1; i < verify.args.size(); ++i) argv.push_back(fill(verify.args[i]));
+  argv.push_back("--report");
+  argv.push_back((pod_dir / kVerdictFile).string());
   argv.push_back("--");
   const auto& engine = spec.engine.container;
   const bool bundled = fs::path(engine.command[0]).filename() == "infergate-runtime";
@@ -463,16 +469,20 @@ Status LocalPlatform::start_pod(Workload& w, Pod& p) {
   ps.restart = true;
   ps.grace = options_.grace;
   const fs::path tl = p.dir / kTerminationLog, last = p.dir / kLastTerminationLog;
+  const fs::path verdict = p.dir / kVerdictFile;
   // The agent clears its verdict file when it starts; what an earlier attempt said is kept beside it,
-  // as Kubernetes keeps an init container's last state while it retries.
-  ps.before_start = [tl, last] {
+  // as Kubernetes keeps an init container's last state while it retries. The report of the earlier
+  // start goes before this one starts, so that it is never read as this start's verdict.
+  ps.before_start = [tl, last, verdict] {
     std::error_code e;
+    fs::remove(verdict, e);
     if (fs::exists(tl, e) && fs::file_size(tl, e) > 0) fs::rename(tl, last, e);
   };
   {
     std::error_code e;
     fs::remove(tl, e);
     fs::remove(last, e);
+    fs::remove(verdict, e);
   }
   INFERGATE_RETURN_IF_ERROR(supervisor_->add("pod/" + w.model.key() + "/" + p.name, std::move(ps)));
   p.started = true;
@@ -492,7 +502,8 @@ PodState LocalPlatform::pod_state(const Workload& w, const Pod& p,
   const int exit_code = ps && ps->last_exit
                             ? (ps->last_exit->code >= 0 ? ps->last_exit->code : 128 + ps->last_exit->signal)
                             : 1;
-  const std::string verdict = read_small(p.dir / kTerminationLog);
+  std::string verdict = read_small(p.dir / kTerminationLog);
+  if (verdict.empty()) verdict = read_small(p.dir / kVerdictFile);
   const std::string last = read_small(p.dir / kLastTerminationLog);
   s.verify.restarts = s.restarts;
   // A "Verified" verdict is the agent's step succeeding (exit 0), whatever the runtime it exec'd did
