@@ -145,15 +145,18 @@ TEST(LinearCpu, Int4SmallBatchPathMatchesTheReferenceForEveryGroupSizeOddRowsAnd
 // Up to 8 rows of x take the int8 GEMV path too: tiles of 4 weight rows at M = 1 (2 at M = 2, 1 at
 // M = 3..4, passes of 4 rows of x beyond), any K (vectors of two accumulators, then a scalar tail).
 // Row counts not a multiple of the tile leave a partial last tile.
-TEST(LinearCpu, Int8SmallBatchPathMatchesTheReferenceForOddShapesAndEveryBatchUpTo8) {
+// fp16 and bf16 weights share the int8 tile (2-byte weights: a prefetched line is half the columns).
+TEST(LinearCpu, DenseSmallBatchPathMatchesTheReferenceForOddShapesAndEveryBatchUpTo8) {
   Rng rng(307);
   SCOPED_TRACE(rng.trace());
-  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100},
-                    int64_t{200}, int64_t{773}}) {
-    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{37}}) {
-      for (int64_t m = 1; m <= 8; ++m) {
-        check(rng, {WeightFormat::kInt8, n, k, 0, m % 2 == 0 ? ScaleDtype::kF16 : ScaleDtype::kBF16}, m,
-              (n + m) % 3 == 0);
+  for (WeightFormat f : {WeightFormat::kInt8, WeightFormat::kF16, WeightFormat::kBF16}) {
+    SCOPED_TRACE(weight_format_name(f));
+    for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100},
+                      int64_t{200}, int64_t{773}}) {
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{37}}) {
+        for (int64_t m = 1; m <= 8; ++m) {
+          check(rng, {f, n, k, 0, m % 2 == 0 ? ScaleDtype::kF16 : ScaleDtype::kBF16}, m, (n + m) % 3 == 0);
+        }
       }
     }
   }
@@ -169,6 +172,8 @@ TEST(LinearCpu, GemvPathsMatchTheReferenceAtTheEngineShapesForEveryBatchUpTo8) {
     check(rng, {WeightFormat::kInt4Sym, 10, 2048, 64, ScaleDtype::kBF16}, m, false);
     check(rng, {WeightFormat::kInt8, 21, 768, 0, ScaleDtype::kF16}, m, m % 2 == 1);
     check(rng, {WeightFormat::kInt8, 6, 2048, 0, ScaleDtype::kF16}, m, false);
+    check(rng, {WeightFormat::kF16, 21, 768, 0, ScaleDtype::kF16}, m, m % 2 == 0);
+    check(rng, {WeightFormat::kBF16, 10, 2048, 0, ScaleDtype::kF16}, m, m % 2 == 1);
   }
 }
 
@@ -178,6 +183,8 @@ TEST(LinearCpu, GemvPathsGiveARowOfXTheSameResultAloneAsInABatch) {
   Rng rng(309);
   SCOPED_TRACE(rng.trace());
   for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt8, 37, 200, 0, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kF16, 37, 200, 0, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kBF16, 37, 136, 0, ScaleDtype::kF16},
                                 WeightLayout{WeightFormat::kInt4Asym, 37, 256, 64, ScaleDtype::kF16},
                                 WeightLayout{WeightFormat::kInt4Sym, 37, 256, 128, ScaleDtype::kBF16}}) {
     SCOPED_TRACE(weight_format_name(l.format));
@@ -226,6 +233,7 @@ TEST(LinearCpu, GemvGivesTheSameResultWithAnyThreadCount) {
   Rng rng(310);
   SCOPED_TRACE(rng.trace());
   for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt8, 203, 300, 0, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kF16, 203, 300, 0, ScaleDtype::kF16},
                                 WeightLayout{WeightFormat::kInt4Asym, 203, 384, 128, ScaleDtype::kF16}}) {
     const Weight w = make_weight(rng, l);
     std::vector<float> x = rng.normals(static_cast<size_t>(l.cols));
