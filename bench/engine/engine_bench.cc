@@ -26,6 +26,7 @@
 #include "infergate/runtime/model/model.h"
 #include "infergate/runtime/model/quantize.h"
 #include "infergate/runtime/model/test_model.h"
+#include "synthetic_prompt.h"
 
 namespace fs = std::filesystem;
 namespace m = infergate::runtime::model;
@@ -80,18 +81,6 @@ std::unique_ptr<e::Engine> make_engine(const fs::path& dir, e::WeightFormat w, e
   return std::move(check(e::load_engine(c), "load").engine);
 }
 
-std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> p;
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    p.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(std::min<int64_t>(vocab, 250))));
-  }
-  return p;
-}
-
 // Prefills `batch` sequences of `prompt_len` tokens (chunks of at most `chunk`), then times `steps`
 // decode steps of the whole batch after `warmup` untimed ones. Returns decode tokens/s.
 struct DecodeResult {
@@ -106,9 +95,10 @@ DecodeResult decode(e::Engine& eng, int32_t batch, int64_t prompt_len, int32_t w
   p.ignore_eos = true;
   std::vector<e::SeqId> ids;
   for (int32_t b = 0; b < batch; ++b) {
-    ids.push_back(
-        check(eng.add_sequence(prompt_tokens(prompt_len, eng.vocab(), static_cast<uint64_t>(b + 1)), p),
-              "add_sequence"));
+    ids.push_back(check(
+        eng.add_sequence(
+            infergate::bench::synthetic_prompt(prompt_len, eng.vocab(), static_cast<uint64_t>(b + 1)), p),
+        "add_sequence"));
   }
   std::vector<e::StepRequest> reqs;
   for (auto id : ids) reqs.push_back({id, chunk});

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../engine/synthetic_prompt.h"
 #include "infergate/engine/engine.h"
 
 namespace e = infergate::runtime::engine;
@@ -120,19 +121,6 @@ std::unique_ptr<e::Engine> load(const Options& o, int64_t context) {
   return std::move(check(e::load_engine(c), "load").engine);
 }
 
-// Token ids that look like text to neither engine: a fixed pseudo-random walk over the vocabulary.
-std::vector<int32_t> filler(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> out;
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    out.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(std::min<int64_t>(vocab, 250))));
-  }
-  return out;
-}
-
 // Runs the sequence's pending tokens in chunks of `chunk`; returns the seconds it took.
 double prefill(e::Engine& eng, e::SeqId id, int64_t until, int32_t chunk) {
   const std::vector<e::StepRequest> req = {{id, chunk}};
@@ -150,7 +138,8 @@ Json speed(const Options& o) {
     p.ignore_eos = true;
     if (o.pp > 0) {
       p.max_tokens = 1;
-      auto id = check(eng->add_sequence(filler(o.pp, eng->vocab(), 1 + r), p), "add_sequence");
+      auto id = check(eng->add_sequence(infergate::bench::synthetic_prompt(o.pp, eng->vocab(), 1 + r), p),
+                      "add_sequence");
       const double s = prefill(*eng, id, o.pp, kChunk);
       pp.push_back(static_cast<double>(o.pp) / s);
       eng->release(id);
@@ -159,7 +148,8 @@ Json speed(const Options& o) {
       // As llama-bench -d: the context is filled untimed, then each generated token is one timed step.
       p.max_tokens = o.tg + 2;
       const int64_t ctx = std::max<int64_t>(o.depth, 1);
-      auto id = check(eng->add_sequence(filler(ctx, eng->vocab(), 100 + r), p), "add_sequence");
+      auto id = check(eng->add_sequence(infergate::bench::synthetic_prompt(ctx, eng->vocab(), 100 + r), p),
+                      "add_sequence");
       prefill(*eng, id, ctx, kChunk);
       const std::vector<e::StepRequest> req = {{id, 0}};
       const double t0 = now();
