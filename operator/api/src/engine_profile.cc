@@ -45,7 +45,7 @@ std::map<std::string, std::string> python_env() {
   return {{"HOME", "/tmp"},
           // getpass.getuser() reads LOGNAME/USER before the passwd database, which has no entry for
           // the pod's uid 65532: without these Torch's inductor (vLLM >= 0.20, torch >= 2.11) dies at
-          // start (vllm-project/vllm#44548).
+          // start (vllm-project/vllm#44548; on v0.22 / v0.23, vllm-project/vllm#46734).
           {"USER", "infergate"},
           {"LOGNAME", "infergate"},
           {"XDG_CACHE_HOME", "/tmp/.cache"},
