@@ -311,6 +311,62 @@ TEST(LinearCpu, MultiNamesTheOutputThatDoesNotFitAndWritesNothing) {
   EXPECT_TRUE(linear_multi_cpu(contiguous<const float>(x.data(), 1, 8), outs, 0).ok());
 }
 
+// A MoE layer's experts in one call: products with their own x (different row counts, one of them
+// empty, two int4 ones sharing an x, inputs of different widths), each bit for bit what linear_cpu
+// gives it alone.
+TEST(LinearCpu, GroupedGivesEveryProductExactlyWhatLinearGivesItWithItsOwnInput) {
+  Rng rng(313);
+  SCOPED_TRACE(rng.trace());
+  const Weight ws[] = {make_weight(rng, {WeightFormat::kInt4Sym, 64, 256, 32, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kInt4Sym, 64, 256, 32, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kInt4Asym, 40, 96, 32, ScaleDtype::kBF16}),
+                       make_weight(rng, {WeightFormat::kInt8, 24, 256, 0, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kBF16, 16, 96, 0, ScaleDtype::kF16}),
+                       make_weight(rng, {WeightFormat::kF16, 8, 256, 0, ScaleDtype::kF16})};
+  const int64_t rows[] = {3, 3, 1, 0, 5, 2};
+  const int x_of[] = {0, 0, 1, 2, 3, 4};  // products 0 and 1 share their input
+  std::vector<float> bias = rng.normals(64);
+  testing::for_each_isa([&](CpuIsa) {
+    std::vector<std::vector<float>> xs, grouped, single;
+    for (size_t i = 0; i < std::size(ws); ++i) {
+      if (i == 0 || x_of[i] != x_of[i - 1]) {
+        xs.push_back(rng.normals(static_cast<size_t>(std::max<int64_t>(rows[i], 1) * ws[i].layout.cols)));
+      }
+    }
+    std::vector<LinearProduct> products;
+    for (size_t i = 0; i < std::size(ws); ++i) {
+      const int64_t m = rows[i], n = ws[i].layout.rows, k = ws[i].layout.cols;
+      grouped.emplace_back(static_cast<size_t>(std::max<int64_t>(m * n, 1)), NAN);
+      single.emplace_back(static_cast<size_t>(std::max<int64_t>(m * n, 1)), NAN);
+      const float* b = i % 2 == 0 ? bias.data() : nullptr;
+      const View2<const float> x = contiguous<const float>(xs[static_cast<size_t>(x_of[i])].data(), m, k);
+      products.push_back({x, ws[i].view(), b, contiguous(grouped[i].data(), m, n)});
+      ASSERT_TRUE(linear_cpu(x, ws[i].view(), b, contiguous(single[i].data(), m, n)).ok());
+    }
+    const Status s = linear_grouped_cpu(products.data(), static_cast<int64_t>(products.size()));
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    for (size_t i = 0; i < std::size(ws); ++i) {
+      EXPECT_TRUE(testing::bit_equal(grouped[i].data(), single[i].data(), single[i].size()))
+          << "product " << i;
+    }
+  });
+}
+
+TEST(LinearCpu, GroupedNamesTheProductThatDoesNotFitAndWritesNothing) {
+  Rng rng(314);
+  const Weight a = make_weight(rng, {WeightFormat::kInt8, 4, 8, 0, ScaleDtype::kF16});
+  std::vector<float> x(8, 1.0f), ya(4, NAN), yb(4, NAN);
+  const LinearProduct products[] = {
+      {contiguous<const float>(x.data(), 1, 8), a.view(), nullptr, contiguous(ya.data(), 1, 4)},
+      {contiguous<const float>(x.data(), 2, 4), a.view(), nullptr, contiguous(yb.data(), 2, 2)}};
+  const Status s = linear_grouped_cpu(products, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("linear_grouped[1]"), std::string::npos) << s.message();
+  EXPECT_TRUE(std::isnan(ya[0]));
+  EXPECT_EQ(linear_grouped_cpu(nullptr, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(linear_grouped_cpu(products, 0).ok());
+}
+
 TEST(LinearCpu, RefusesMismatchedShapes) {
   Rng rng(305);
   const Weight w = make_weight(rng, {WeightFormat::kInt8, 4, 8, 0, ScaleDtype::kF16});

@@ -82,6 +82,77 @@ Status linear_cpu(View2<const float> x, const WeightView& w, const float* bias, 
   return linear_multi_cpu(x, &out, 1);
 }
 
+namespace {
+
+// Runs the prepared jobs in one pass over the pool: blocks of output rows, a multiple of 8 (the inner
+// loops' row block), about 4 per thread over all the jobs together; a block never spans two jobs.
+// int4 jobs read x reordered (linear_prepare): each distinct x is reordered once, into a per-thread
+// buffer (the calling thread's: the pool's workers only read it).
+void run_linear_jobs(std::vector<cpu::LinearJob>& jobs) {
+  const cpu::Kernels& k = cpu::active_kernels();
+  const int64_t chunk = 2 * k.width;
+  int64_t perm_floats = 0;
+  for (cpu::LinearJob& job : jobs) {
+    if (!is_int4(job.w.layout.format)) continue;
+    job.k_main = job.w.layout.cols / chunk * chunk;
+    perm_floats += job.m * job.k_main;  // an upper bound: jobs sharing an x share its reordering
+  }
+  thread_local std::vector<float> xperm;
+  if (static_cast<int64_t>(xperm.size()) < perm_floats) xperm.resize(static_cast<size_t>(perm_floats));
+  int64_t at = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    cpu::LinearJob& job = jobs[i];
+    if (!is_int4(job.w.layout.format)) continue;
+    // An x an earlier int4 job already reordered (q/k/v, gate/up) shares its buffer.
+    const cpu::LinearJob* same = nullptr;
+    for (size_t j = 0; j < i && same == nullptr; ++j) {
+      const cpu::LinearJob& o = jobs[j];
+      if (o.xperm != nullptr && o.x == job.x && o.m == job.m && o.x_stride == job.x_stride &&
+          o.k_main == job.k_main)
+        same = &o;
+    }
+    if (same != nullptr) {
+      job.xperm = same->xperm;
+      continue;
+    }
+    job.xperm = xperm.data() + at;
+    at += job.m * job.k_main;
+    k.linear_prepare(job);
+  }
+  int64_t total = 0;
+  for (const cpu::LinearJob& job : jobs) total += job.w.layout.rows;
+  const int64_t block = block_size(total, 8, 8);
+  struct Block {
+    int32_t job;
+    int64_t n0, n1;
+  };
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].m == 0) continue;
+    const int64_t rows = jobs[i].w.layout.rows;
+    for (int64_t n0 = 0; n0 < rows; n0 += block)
+      blocks.push_back({static_cast<int32_t>(i), n0, std::min(rows, n0 + block)});
+  }
+  cpu::pool().run(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const Block& bl = blocks[static_cast<size_t>(b)];
+    k.linear_rows(jobs[static_cast<size_t>(bl.job)], bl.n0, bl.n1);
+  });
+}
+
+cpu::LinearJob linear_job(View2<const float> x, const WeightView& w, const float* bias, View2<float> y) {
+  cpu::LinearJob job;
+  job.x = x.data;
+  job.x_stride = x.row_stride;
+  job.m = x.rows;
+  job.w = w;
+  job.bias = bias;
+  job.y = y.data;
+  job.y_stride = y.row_stride;
+  return job;
+}
+
+}  // namespace
+
 Status linear_multi_cpu(View2<const float> x, const LinearOutput* outs, int64_t count) {
   if (count < 0 || (count > 0 && outs == nullptr)) {
     return invalid_argument("linear_multi: " + std::to_string(count) + " outputs at " +
@@ -92,52 +163,29 @@ Status linear_multi_cpu(View2<const float> x, const LinearOutput* outs, int64_t 
     INFERGATE_K_RETURN_IF_ERROR(validate_linear(x, outs[i].w, outs[i].y, op.c_str()));
   }
   if (x.rows == 0 || count == 0) return ok_status();
-  const cpu::Kernels& k = cpu::active_kernels();
-  // int4 weights read x reordered (linear_prepare); every int4 output shares one reordering, in a
-  // per-thread buffer (the calling thread's: the pool's workers only read it).
-  const int64_t chunk = 2 * k.width, k_main = x.cols / chunk * chunk;
-  bool any_int4 = false;
-  for (int64_t i = 0; i < count; ++i) any_int4 = any_int4 || is_int4(outs[i].w.layout.format);
-  thread_local std::vector<float> xperm;
-  std::vector<cpu::LinearJob> jobs(static_cast<size_t>(count));
+  std::vector<cpu::LinearJob> jobs;
+  jobs.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) jobs.push_back(linear_job(x, outs[i].w, outs[i].bias, outs[i].y));
+  run_linear_jobs(jobs);
+  return ok_status();
+}
+
+Status linear_grouped_cpu(const LinearProduct* products, int64_t count) {
+  if (count < 0 || (count > 0 && products == nullptr)) {
+    return invalid_argument("linear_grouped: " + std::to_string(count) + " products at " +
+                            (products == nullptr ? "null" : "an address"));
+  }
   for (int64_t i = 0; i < count; ++i) {
-    cpu::LinearJob& job = jobs[static_cast<size_t>(i)];
-    job.x = x.data;
-    job.x_stride = x.row_stride;
-    job.m = x.rows;
-    job.w = outs[i].w;
-    job.bias = outs[i].bias;
-    job.y = outs[i].y.data;
-    job.y_stride = outs[i].y.row_stride;
+    const std::string op = "linear_grouped[" + std::to_string(i) + "]";
+    INFERGATE_K_RETURN_IF_ERROR(validate_linear(products[i].x, products[i].w, products[i].y, op.c_str()));
   }
-  if (any_int4) {
-    if (static_cast<int64_t>(xperm.size()) < x.rows * k_main)
-      xperm.resize(static_cast<size_t>(x.rows * k_main));
-    for (cpu::LinearJob& job : jobs) {
-      job.xperm = xperm.data();
-      job.k_main = k_main;
-    }
-    k.linear_prepare(jobs.front());
-  }
-  // Blocks of output rows, a multiple of 8 (the inner loops' row block), about 4 per thread over all
-  // the outputs together; a block never spans two outputs.
-  int64_t total = 0;
-  for (int64_t i = 0; i < count; ++i) total += outs[i].w.layout.rows;
-  const int64_t block = block_size(total, 8, 8);
-  struct Block {
-    int32_t out;
-    int64_t n0, n1;
-  };
-  std::vector<Block> blocks;
+  std::vector<cpu::LinearJob> jobs;
+  jobs.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t rows = outs[i].w.layout.rows;
-    for (int64_t n0 = 0; n0 < rows; n0 += block)
-      blocks.push_back({static_cast<int32_t>(i), n0, std::min(rows, n0 + block)});
+    const LinearProduct& p = products[i];
+    jobs.push_back(linear_job(p.x, p.w, p.bias, p.y));
   }
-  cpu::pool().run(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
-    const Block& bl = blocks[static_cast<size_t>(b)];
-    k.linear_rows(jobs[static_cast<size_t>(bl.out)], bl.n0, bl.n1);
-  });
+  run_linear_jobs(jobs);
   return ok_status();
 }
 

@@ -60,6 +60,18 @@ struct LinearOutput {
 // at once (one hand-off to the pool, one reordering of x for int4), not op by op. Every output is
 // checked before any is written; an invalid one is named by its index ("linear_multi[2]: ...").
 Status linear_multi_cpu(View2<const float> x, const LinearOutput* outs, int64_t count);
+// One product of linear_grouped_cpu: y = x W^T (+ bias), each with its own x.
+struct LinearProduct {
+  View2<const float> x;         // [M, K]
+  WeightView w;                 // [N, K]
+  const float* bias = nullptr;  // [N] or null
+  View2<float> y;               // [M, N]
+};
+// Products of different inputs and weights in one pass over the thread pool (a MoE layer's experts,
+// each over the tokens routed to it): each output is bit-identical to linear_cpu with its x and
+// weight. An x shared by several int4 products (the same pointer, rows and stride) is reordered once.
+// Every product is checked before any is written; an invalid one is named by its index.
+Status linear_grouped_cpu(const LinearProduct* products, int64_t count);
 
 // Bit-identical pages to kv_append_ref.
 Status kv_append_cpu(const KvCache& cache, const KvAppend& a);

@@ -78,6 +78,34 @@ Status linear_ref(View2<const float> x, const WeightView& w, const float* bias, 
 Status attention_ref(const KvCache& cache, const AttentionBatch& batch, View3<const float> q,
                      View3<float> out);
 
+// ==== Mixture of experts ============================================================================
+
+// How a token's experts are chosen from its router logits (DeepSeek-V3, Kimi K2, GLM-4.5; the
+// published semantics, read from transformers' DeepseekV3TopkRouter and DeepSeek-V3's inference code):
+//   s = sigmoid(logits) (or softmax over the experts); c = s + bias (bias may be null: c = s).
+//   With num_groups > 1 the experts form num_groups equal groups; a group scores as the sum of its two
+//   highest c, and only the topk_groups best groups stay eligible (the others are never chosen).
+//   The top_k eligible experts by c are chosen, best first (ties: the lower expert index).
+//   weight_j = s[expert_j] (the bias changes which experts, never their weights); when normalize, the
+//   weights are divided by their sum; then all are multiplied by scaling.
+// transformers masks the ineligible groups with 0 rather than -inf; the two differ only when fewer
+// than top_k eligible experts have c > 0, which a sigmoid score with a small bias does not produce.
+struct MoeRouting {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  int32_t num_groups = 1;
+  int32_t topk_groups = 1;
+  bool softmax = false;  // scoring: sigmoid (false) or softmax over the experts
+  bool normalize = true;
+  float scaling = 1.0f;
+  const float* bias = nullptr;  // [num_experts] selection bias (e_score_correction_bias), or null
+};
+
+// logits [T, num_experts] -> experts [T, top_k] (row-major int32) and weights [T, top_k] (fp32).
+// Errors: shapes that disagree, a top_k or group split the expert count cannot hold, a non-finite
+// logit (InvalidArgument naming the token).
+Status moe_route_ref(const MoeRouting& routing, View2<const float> logits, int32_t* experts, float* weights);
+
 // ==== Element-wise ops (all fp32) =================================================================
 
 // y [T, H] = x * rsqrt(mean(x^2) + eps) * w [H]. y may be x (in place).
