@@ -3,8 +3,11 @@
 //     fp16/fp16 at the same batch, with KV bytes per token beside each;
 //  2. decode at a long context (default 4096) per KV dtype, as ratios to fp16 KV;
 //  3. hash-while-load: load + first token with --verified-manifest against the same without.
+// --moe instead: GLM-4.5-style routed experts against a dense model with the same parameters active
+// per token (same attention; the dense MLP as wide as the chosen plus shared experts), decode at
+// batch 1 and 8 in fp16/int8/int4, as the MoE's tokens/s over the dense model's.
 // Everything is measured in the same run; the generated models are deleted at the end.
-// Usage: engine_bench [--dir PARENT] [--small] [--context N] [--skip-long] [--threads N] [--quick]
+// Usage: engine_bench [--dir PARENT] [--small] [--context N] [--skip-long] [--threads N] [--quick] [--moe]
 // --quick: only part 1's batch-1 fp16-KV column (the weight formats' GEMV speed), best of 5 rounds, with
 // tokens per CPU-second of the process beside it (with --threads 1 the work per token, which a loaded
 // machine disturbs far less than the wall clock).
@@ -16,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "infergate/common/fs.h"
@@ -67,6 +71,7 @@ struct Options {
   bool skip_long = false;
   int threads = 0;
   bool quick = false;
+  bool moe = false;
 };
 
 std::unique_ptr<e::Engine> make_engine(const fs::path& dir, e::WeightFormat w, e::KvCacheDtype kv,
@@ -121,6 +126,112 @@ DecodeResult decode(e::Engine& eng, int32_t batch, int64_t prompt_len, int32_t w
   return r;
 }
 
+// Writes DENSE-int8 (per row) and DENSE-int4 (asymmetric, groups of 128) beside the dense checkpoint,
+// lm_head included, so the whole decode GEMV is in the format under test.
+void write_quantized_copies(const fs::path& dense) {
+  for (auto [suffix, fmt] :
+       {std::pair{"-int8", m::WeightFormat::kInt8}, std::pair{"-int4", m::WeightFormat::kInt4}}) {
+    m::QuantizeOptions q;
+    q.model = dense;
+    q.out = dense.string() + suffix;
+    q.scheme.format = fmt;
+    q.scheme.symmetric = fmt == m::WeightFormat::kInt8;
+    q.scheme.group_size = fmt == m::WeightFormat::kInt4 ? 128 : 0;
+    q.quantize_lm_head = true;
+    check(m::quantize_model(q), "quantize");
+  }
+}
+
+// --moe: decode of a routed-expert model against a dense one with the same active parameters.
+int run_moe(const Options& o, const fs::path& dir) {
+  m::TestModelOptions moe;
+  moe.arch = m::Architecture::kGlm4Moe;
+  moe.out = dir / "moe";
+  moe.layers = o.small ? 4 : 8;
+  moe.hidden = o.small ? 256 : 1024;
+  moe.heads = o.small ? 4 : 16;
+  moe.kv_heads = o.small ? 2 : 4;
+  moe.vocab = o.small ? 2048 : 8192;
+  moe.seed = 9;
+  moe.moe.experts = 32;
+  moe.moe.experts_per_token = 4;
+  moe.moe.groups = 4;
+  moe.moe.topk_groups = 2;
+  moe.moe.shared_experts = 1;
+  moe.moe.dense_layers = 0;
+  moe.moe.intermediate = o.small ? 128 : 512;
+  // The dense twin: every layer dense, its MLP as wide as the 4 chosen experts plus the shared one.
+  m::TestModelOptions dense = moe;
+  dense.out = dir / "dense";
+  dense.moe.dense_layers = dense.layers;
+  dense.intermediate = (moe.moe.experts_per_token + moe.moe.shared_experts) * moe.moe.intermediate;
+  for (const m::TestModelOptions* t : {&moe, &dense}) {
+    check(m::make_test_model(*t), "make-test-model");
+    write_quantized_copies(t->out);
+  }
+  auto mc = check(m::Model::open(moe.out), "open").config(),
+       dc = check(m::Model::open(dense.out), "open").config();
+  // Parameters a token reads: everything but the experts it does not choose.
+  const uint64_t per_expert = 3 * static_cast<uint64_t>(moe.hidden * moe.moe.intermediate);
+  const uint64_t inactive =
+      static_cast<uint64_t>(moe.layers * (moe.moe.experts - moe.moe.experts_per_token)) * per_expert;
+  std::printf(
+      "MoE: glm4_moe, %lld layers, hidden %lld, %lld experts of width %lld (top %lld, 1 shared), %.1fM "
+      "parameters, %.1fM active per token\ndense twin: the same with an MLP of width %lld in every layer, "
+      "%.1fM parameters\n",
+      static_cast<long long>(moe.layers), static_cast<long long>(moe.hidden),
+      static_cast<long long>(moe.moe.experts), static_cast<long long>(moe.moe.intermediate),
+      static_cast<long long>(moe.moe.experts_per_token), static_cast<double>(m::parameter_count(mc)) / 1e6,
+      static_cast<double>(m::parameter_count(mc) - inactive) / 1e6,
+      static_cast<long long>(dense.intermediate), static_cast<double>(m::parameter_count(dc)) / 1e6);
+  struct Cell {
+    const char* w;
+    std::unique_ptr<e::Engine> moe, dense;
+    std::vector<double> tps[2][2];  // [moe/dense][batch 1/8], one per round
+  };
+  std::vector<Cell> cells;
+  for (auto [wn, w, suffix] :
+       {std::tuple{"fp16", e::WeightFormat::kF16, ""}, std::tuple{"int8", e::WeightFormat::kInt8, "-int8"},
+        std::tuple{"int4", e::WeightFormat::kInt4, "-int4"}}) {
+    cells.push_back({wn,
+                     make_engine(moe.out.string() + suffix, w, e::KvCacheDtype::kF16, 8, 256, o.threads),
+                     make_engine(dense.out.string() + suffix, w, e::KvCacheDtype::kF16, 8, 256, o.threads),
+                     {}});
+  }
+  const int rounds = 3, steps = o.small ? 8 : 16;
+  for (int round = 0; round < rounds; ++round) {
+    for (Cell& c : cells) {
+      for (int b = 0; b < 2; ++b) {
+        // Alternate which model goes first, so neither always runs on a warmer or cooler machine.
+        for (int k = 0; k < 2; ++k) {
+          const int which = (k + round) % 2;
+          e::Engine& eng = which == 0 ? *c.moe : *c.dense;
+          c.tps[which][b].push_back(decode(eng, b == 0 ? 1 : 8, 64, 2, steps).tokens_per_s);
+        }
+      }
+    }
+    std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("\ndecode after a 64-token prompt, fp16 KV: %d timed steps, medians of %d interleaved rounds\n",
+              steps, rounds);
+  std::printf("%-8s %6s %12s %12s %10s\n", "weights", "batch", "MoE tok/s", "dense tok/s", "MoE/dense");
+  for (const Cell& c : cells) {
+    for (int b = 0; b < 2; ++b) {
+      const double a = median(c.tps[0][b]), d = median(c.tps[1][b]);
+      std::printf("%-8s %6d %12.1f %12.1f %9.2fx\n", c.w, b == 0 ? 1 : 8, a, d, a / d);
+    }
+  }
+  std::printf(
+      "(batch 1 reads the 4 chosen experts of each layer; a batch of 8 tokens chooses up to 32, so reads "
+      "more "
+      "expert weights per step than the dense twin)\n");
+  return 0;
+}
+
 void write_manifest(const fs::path& dir) {
   std::vector<infergate::ManifestEntry> entries;
   for (const auto& f : fs::directory_iterator(dir)) {
@@ -155,13 +266,17 @@ int main(int argc, char** argv) {
       o.threads = std::stoi(next());
     } else if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--moe") {
+      o.moe = true;
     } else {
       die("unknown argument " + a +
-          " (--dir PARENT, --small, --context N, --skip-long, --threads N, --quick)");
+          " (--dir PARENT, --small, --context N, --skip-long, --threads N, --quick, --moe)");
     }
   }
   auto tmp = check(infergate::TempDir::create("engine-bench", o.parent), "temp dir");
-  const fs::path dense = tmp.path() / "fp16", int8 = tmp.path() / "int8", int4 = tmp.path() / "int4";
+  if (o.moe) return run_moe(o, tmp.path());
+  const fs::path dense = tmp.path() / "fp16", int8 = tmp.path() / "fp16-int8",
+                 int4 = tmp.path() / "fp16-int4";
   m::TestModelOptions mo;
   mo.out = dense;
   mo.arch = m::Architecture::kLlama;
@@ -183,16 +298,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(mo.layers), static_cast<long long>(mo.hidden), static_cast<long long>(mo.heads),
       static_cast<long long>(mo.kv_heads), static_cast<long long>(model.config().head_dim),
       static_cast<long long>(mo.vocab), static_cast<double>(params) / 1e6, now() - t);
-  for (auto [dir, fmt] : {std::pair{int8, m::WeightFormat::kInt8}, std::pair{int4, m::WeightFormat::kInt4}}) {
-    m::QuantizeOptions q;
-    q.model = dense;
-    q.out = dir;
-    q.scheme.format = fmt;
-    q.scheme.symmetric = fmt == m::WeightFormat::kInt8;
-    q.scheme.group_size = fmt == m::WeightFormat::kInt4 ? 128 : 0;
-    q.quantize_lm_head = true;  // so the whole decode GEMV is in the format under test
-    check(m::quantize_model(q), "quantize");
-  }
+  write_quantized_copies(dense);
   std::printf("quantized: int8 per row, int4 asymmetric groups of 128 (lm_head included); threads: %s\n\n",
               o.threads > 0 ? std::to_string(o.threads).c_str() : "all cores");
 

@@ -42,9 +42,9 @@ const bool kMakeTestModel = register_command(
        auto dtype = std::make_shared<std::string>("f16");
        app.add_option("--out", o->out, "output directory (created; must be empty unless --force)")
            ->required();
-       app.add_option("--arch", *arch, "llama, qwen2, glm or glm4")
+       app.add_option("--arch", *arch, "llama, qwen2, glm, glm4 or glm4_moe (GLM-4.5's routed experts)")
            ->required()
-           ->check(CLI::IsMember({"llama", "qwen2", "glm", "glm4"}));
+           ->check(CLI::IsMember({"llama", "qwen2", "glm", "glm4", "glm4_moe"}));
        app.add_option("--layers", o->layers, "decoder layers")->capture_default_str();
        app.add_option("--hidden", o->hidden, "hidden size")->capture_default_str();
        app.add_option("--heads", o->heads, "attention heads")->capture_default_str();
@@ -66,11 +66,31 @@ const bool kMakeTestModel = register_command(
                       "split the weights into shards of at most this many bytes, with an index (0: one file)")
            ->capture_default_str();
        app.add_flag("--force", o->force, "replace a non-empty output directory");
+       m::TestMoeOptions& moe = o->moe;
+       app.add_option("--experts", moe.experts, "glm4_moe: routed experts")->capture_default_str();
+       app.add_option("--experts-per-token", moe.experts_per_token, "glm4_moe: experts chosen per token")
+           ->capture_default_str();
+       app.add_option("--expert-groups", moe.groups, "glm4_moe: expert groups (n_group)")
+           ->capture_default_str();
+       app.add_option("--topk-groups", moe.topk_groups,
+                      "glm4_moe: groups a token may choose from (topk_group)")
+           ->capture_default_str();
+       app.add_option("--shared-experts", moe.shared_experts, "glm4_moe: shared experts")
+           ->capture_default_str();
+       app.add_option("--dense-layers", moe.dense_layers, "glm4_moe: leading layers with a dense MLP")
+           ->capture_default_str();
+       app.add_option("--moe-intermediate", moe.intermediate,
+                      "glm4_moe: each expert's width (default: hidden / 2, rounded up to 16)");
+       app.add_option("--routed-scaling", moe.routed_scaling, "glm4_moe: routed_scaling_factor")
+           ->capture_default_str();
+       app.add_flag("!--no-qk-norm", moe.qk_norm, "glm4_moe: no per-head q/k norms (as GLM-4.5-Air)");
        return [o, arch, dtype]() {
-         static const std::map<std::string, m::Architecture> archs = {{"llama", m::Architecture::kLlama},
-                                                                      {"qwen2", m::Architecture::kQwen2},
-                                                                      {"glm", m::Architecture::kGlm},
-                                                                      {"glm4", m::Architecture::kGlm4}};
+         static const std::map<std::string, m::Architecture> archs = {
+             {"llama", m::Architecture::kLlama},
+             {"qwen2", m::Architecture::kQwen2},
+             {"glm", m::Architecture::kGlm},
+             {"glm4", m::Architecture::kGlm4},
+             {"glm4_moe", m::Architecture::kGlm4Moe}};
          o->arch = archs.at(*arch);
          o->dtype = *dtype == "f16" ? m::DType::kF16 : *dtype == "bf16" ? m::DType::kBF16 : m::DType::kF32;
          Status s = m::make_test_model(*o);

@@ -361,6 +361,13 @@ Status CudaBackend::load() {
                "the CUDA backend serves fp16, bf16, int8 and int4 weights; fp32 is the CPU reference")
         .with_reason("UnsupportedCombination");
   }
+  const model::ModelConfig& mc = model_->config();
+  if (mc.moe || mc.qk_norm) {
+    return unimplemented("the CUDA backend does not run " +
+                         std::string(model::architecture_name(mc.architecture)) +
+                         " yet (routed experts and per-head q/k norms run on the CPU backend)")
+        .with_reason("UnsupportedArchitecture");
+  }
   const int32_t T = options_.tensor_parallel;
   const int available = cuda_device_count();
   if (available == 0) {

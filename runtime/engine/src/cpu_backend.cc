@@ -22,6 +22,8 @@ struct Ops {
                             kernels::View2<float>);
   // Several products of one x (q/k/v, gate/up) at once.
   kernels::Status (*linear_multi)(kernels::View2<const float>, const kernels::LinearOutput*, int64_t);
+  // Products with their own inputs (a MoE layer's experts) at once.
+  kernels::Status (*linear_grouped)(const kernels::LinearProduct*, int64_t);
   kernels::Status (*rmsnorm)(kernels::View2<const float>, const float*, float, kernels::View2<float>);
   kernels::Status (*rope)(const kernels::RopeConfig&, const float*, const int32_t*, kernels::View3<float>,
                           kernels::View3<float>);
@@ -42,12 +44,21 @@ static kernels::Status linear_multi_ref(kernels::View2<const float> x, const ker
   }
   return kernels::ok_status();
 }
-constexpr Ops kCpuOps{kernels::linear_cpu,    kernels::linear_multi_cpu, kernels::rmsnorm_cpu,
-                      kernels::rope_cpu,      kernels::silu_mul_cpu,     kernels::add_cpu,
-                      kernels::embedding_cpu, kernels::kv_append_cpu,    kernels::attention_cpu};
-constexpr Ops kRefOps{kernels::linear_ref,    linear_multi_ref,       kernels::rmsnorm_ref,
-                      kernels::rope_ref,      kernels::silu_mul_ref,  kernels::add_ref,
-                      kernels::embedding_ref, kernels::kv_append_ref, kernels::attention_ref};
+static kernels::Status linear_grouped_ref(const kernels::LinearProduct* products, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    kernels::Status s = kernels::linear_ref(products[i].x, products[i].w, products[i].bias, products[i].y);
+    if (!s.ok()) return s;
+  }
+  return kernels::ok_status();
+}
+constexpr Ops kCpuOps{kernels::linear_cpu,   kernels::linear_multi_cpu, kernels::linear_grouped_cpu,
+                      kernels::rmsnorm_cpu,  kernels::rope_cpu,         kernels::silu_mul_cpu,
+                      kernels::add_cpu,      kernels::embedding_cpu,    kernels::kv_append_cpu,
+                      kernels::attention_cpu};
+constexpr Ops kRefOps{kernels::linear_ref,   linear_multi_ref,       linear_grouped_ref,
+                      kernels::rmsnorm_ref,  kernels::rope_ref,      kernels::silu_mul_ref,
+                      kernels::add_ref,      kernels::embedding_ref, kernels::kv_append_ref,
+                      kernels::attention_ref};
 
 namespace {
 
@@ -272,7 +283,13 @@ Status CpuBackend::smooth_keys(Layer& L, std::string_view prefix) {
   // Expected RMS of each key channel for a unit-RMS normalised input: || W_k[row] * norm_w || (+ |b|).
   std::vector<double> mag(static_cast<size_t>(Hk * D));
   std::vector<float> row(static_cast<size_t>(H));
-  for (int64_t n = 0; n < Hk * D; ++n) {
+  // With per-head q/k norms a key channel's size is its k_norm weight (the norm gives every head
+  // unit RMS), and the factors go on the two norms' weights, shared by all heads.
+  const bool on_norms = !L.k_norm.empty();
+  for (int64_t n = 0; n < Hk * D && on_norms; ++n) {
+    mag[static_cast<size_t>(n)] = std::abs(static_cast<double>(L.k_norm[static_cast<size_t>(n % D)]));
+  }
+  for (int64_t n = 0; n < Hk * D && !on_norms; ++n) {
     if (L.k.f32) {
       std::memcpy(row.data(), L.k.f32 + n * H, static_cast<size_t>(H) * 4);
     } else {
@@ -316,23 +333,92 @@ Status CpuBackend::smooth_keys(Layer& L, std::string_view prefix) {
     }
   }
   if (std::all_of(kf.begin(), kf.end(), [](float f) { return f == 1.0f; })) return ok_status();
+  if (on_norms) {  // every head got the same factors (the magnitudes are the same per head)
+    for (int64_t j = 0; j < D; ++j) {
+      L.k_norm[static_cast<size_t>(j)] *= kf[static_cast<size_t>(j)];
+      L.q_norm[static_cast<size_t>(j)] *= qf[static_cast<size_t>(j)];
+    }
+    return ok_status();
+  }
   INFERGATE_RETURN_IF_ERROR(scale_rows(L.k, kf).context(std::string(prefix) + "self_attn.k_proj"));
   INFERGATE_RETURN_IF_ERROR(scale_rows(L.q, qf).context(std::string(prefix) + "self_attn.q_proj"));
   return ok_status();
 }
 
+Result<CpuBackend::Expert> CpuBackend::load_expert(const std::string& prefix, int64_t width, bool bias) {
+  const int64_t H = shape_.hidden;
+  Expert e;
+  INFERGATE_ASSIGN_OR_RETURN(e.gate, load_linear(prefix + ".gate_proj.weight", width, H, bias));
+  INFERGATE_ASSIGN_OR_RETURN(e.up, load_linear(prefix + ".up_proj.weight", width, H, bias));
+  INFERGATE_ASSIGN_OR_RETURN(e.down, load_linear(prefix + ".down_proj.weight", H, width, bias));
+  return e;
+}
+
+Result<CpuBackend::Moe> CpuBackend::load_moe(const std::string& p) {
+  const m::MoeConfig& mc = *model_->config().moe;
+  const int64_t E = mc.n_routed_experts;
+  Moe moe;
+  // The router stays dense (the quantizer never compresses it); its logits are fp32 like every product.
+  INFERGATE_ASSIGN_OR_RETURN(moe.router, load_linear(p + "mlp.gate.weight", E, shape_.hidden, false));
+  if (mc.topk_method == "noaux_tc") {
+    INFERGATE_ASSIGN_OR_RETURN(moe.selection_bias, vector_f32(p + "mlp.gate.e_score_correction_bias", E));
+    weight_bytes_ += E * 4;
+  }
+  k::MoeRouting& r = moe.routing;
+  r.num_experts = static_cast<int32_t>(E);
+  r.top_k = static_cast<int32_t>(mc.num_experts_per_tok);
+  r.num_groups = mc.topk_method == "noaux_tc" ? static_cast<int32_t>(mc.n_group) : 1;
+  r.topk_groups = mc.topk_method == "noaux_tc" ? static_cast<int32_t>(mc.topk_group) : 1;
+  r.softmax = mc.scoring_func == "softmax";
+  r.normalize = mc.norm_topk_prob;
+  r.scaling = static_cast<float>(mc.routed_scaling_factor);
+  std::vector<float> probe(static_cast<size_t>(E));
+  std::vector<int32_t> pe(static_cast<size_t>(r.top_k));
+  std::vector<float> pw(static_cast<size_t>(r.top_k));
+  const k::Status check =
+      k::moe_route_ref(r, k::contiguous<const float>(probe.data(), 1, E), pe.data(), pw.data());
+  if (!check.ok()) {
+    return invalid_argument(p + "mlp: the config's routing cannot be run: " + check.message())
+        .with_reason("InvalidConfig");
+  }
+  moe.experts.reserve(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        Expert x, load_expert(p + "mlp.experts." + std::to_string(e), mc.moe_intermediate_size, false));
+    moe.experts.push_back(std::move(x));
+  }
+  if (mc.n_shared_experts > 0) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        moe.shared,
+        load_expert(p + "mlp.shared_experts", mc.moe_intermediate_size * mc.n_shared_experts, false));
+  }
+  return moe;
+}
+
 Status CpuBackend::load() {
   const m::ModelConfig& c = model_->config();
-  if (!m::is_dense_architecture(c.architecture) || c.mla || c.moe) {
+  if (!m::engine_runs_architecture(c.architecture) || c.mla) {
     return unimplemented("architecture " + std::string(m::architecture_name(c.architecture)) +
-                         " is not one the engine runs (Llama, Mistral, Qwen2, GLM, GLM-4)")
+                         " is not one the engine runs (Llama, Mistral, Qwen2, GLM, GLM-4, GLM-4.5 MoE)")
         .with_reason("UnsupportedArchitecture");
   }
   if (c.hidden_act != "silu") {
     return unimplemented("hidden_act \"" + c.hidden_act + "\" is not supported (silu only)")
         .with_reason("UnsupportedArchitecture");
   }
-  if (c.qk_norm) return unimplemented("q/k norms are not supported").with_reason("UnsupportedArchitecture");
+  if (c.moe) {
+    const m::MoeConfig& mc = *c.moe;
+    if (mc.scoring_func != "sigmoid" && mc.scoring_func != "softmax") {
+      return unimplemented("scoring_func \"" + mc.scoring_func + "\" is not supported (sigmoid, softmax)")
+          .with_reason("UnsupportedArchitecture")
+          .with_detail("field", "scoring_func");
+    }
+    if (mc.topk_method != "noaux_tc" && mc.topk_method != "greedy") {
+      return unimplemented("topk_method \"" + mc.topk_method + "\" is not supported (noaux_tc, greedy)")
+          .with_reason("UnsupportedArchitecture")
+          .with_detail("field", "topk_method");
+    }
+  }
   if (c.rope_scaling.type != m::RopeType::kDefault && c.rope_scaling.type != m::RopeType::kLlama3) {
     return unimplemented("rope_scaling type " + std::string(m::rope_type_name(c.rope_scaling.type)) +
                          " is not supported (default and llama3 are)")
@@ -410,8 +496,13 @@ Status CpuBackend::load() {
       INFERGATE_ASSIGN_OR_RETURN(L.post_self_attn_norm, vector_f32(p + "post_self_attn_layernorm.weight", H));
       INFERGATE_ASSIGN_OR_RETURN(L.post_mlp_norm, vector_f32(p + "post_mlp_layernorm.weight", H));
     }
+    if (c.qk_norm) {
+      INFERGATE_ASSIGN_OR_RETURN(L.q_norm, vector_f32(p + "self_attn.q_norm.weight", c.head_dim));
+      INFERGATE_ASSIGN_OR_RETURN(L.k_norm, vector_f32(p + "self_attn.k_norm.weight", c.head_dim));
+    }
     weight_bytes_ += static_cast<int64_t>(L.input_norm.size() + L.post_attention_norm.size() +
-                                          L.post_self_attn_norm.size() + L.post_mlp_norm.size()) *
+                                          L.post_self_attn_norm.size() + L.post_mlp_norm.size() +
+                                          L.q_norm.size() + L.k_norm.size()) *
                      4;
     INFERGATE_ASSIGN_OR_RETURN(L.q, load_linear(p + "self_attn.q_proj.weight", c.q_dim(), H, c.qkv_bias));
     INFERGATE_ASSIGN_OR_RETURN(L.k, load_linear(p + "self_attn.k_proj.weight", c.kv_dim(), H, c.qkv_bias));
@@ -419,13 +510,19 @@ Status CpuBackend::load() {
     INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H, c.q_dim(), c.o_bias));
     if (options_.smooth_keys) INFERGATE_RETURN_IF_ERROR(smooth_keys(L, p));
     L.fused = c.fused_gate_up;
-    if (c.fused_gate_up) {
+    if (c.moe && c.moe->is_moe_layer(i)) {
+      INFERGATE_ASSIGN_OR_RETURN(L.moe, load_moe(p));
+      mlp_width_ = std::max(
+          {mlp_width_, c.moe->moe_intermediate_size, c.moe->moe_intermediate_size * c.moe->n_shared_experts});
+    } else if (c.fused_gate_up) {
       INFERGATE_ASSIGN_OR_RETURN(L.gate_up, load_linear(p + "mlp.gate_up_proj.weight", 2 * I, H, false));
       INFERGATE_ASSIGN_OR_RETURN(L.down, load_linear(p + "mlp.down_proj.weight", H, I, false));
+      mlp_width_ = std::max(mlp_width_, I);
     } else {
       INFERGATE_ASSIGN_OR_RETURN(L.gate, load_linear(p + "mlp.gate_proj.weight", I, H, c.mlp_bias));
       INFERGATE_ASSIGN_OR_RETURN(L.up, load_linear(p + "mlp.up_proj.weight", I, H, c.mlp_bias));
       INFERGATE_ASSIGN_OR_RETURN(L.down, load_linear(p + "mlp.down_proj.weight", H, I, c.mlp_bias));
+      mlp_width_ = std::max(mlp_width_, I);
     }
   }
   INFERGATE_ASSIGN_OR_RETURN(final_norm_, vector_f32("model.norm.weight", H));
@@ -578,6 +675,132 @@ void CpuBackend::attention_f32(int32_t layer, std::span<const SequenceInput> bat
   }
 }
 
+Status CpuBackend::swiglu(const Linear& gate, const Linear& up, const Linear& down, const float* x, int64_t t,
+                          float* y) {
+  const int64_t w = gate.rows;
+  INFERGATE_RETURN_IF_ERROR(linears(x, t, {{&gate, mlp_.data()}, {&up, mlp_.data() + t * w}}));
+  ENGINE_K(
+      ops_->silu_mul(k::contiguous<const float>(mlp_.data(), t, w),
+                     k::contiguous<const float>(mlp_.data() + t * w, t, w), k::contiguous(act_.data(), t, w)),
+      "silu_mul");
+  return linear(down, act_.data(), t, y);
+}
+
+Status CpuBackend::mlp(const Layer& L, const float* h, int64_t t, float* y) {
+  if (L.moe) return moe_mlp(*L.moe, h, t, y);
+  if (!L.fused) return swiglu(L.gate, L.up, L.down, h, t, y);
+  const int64_t I = L.down.cols;
+  INFERGATE_RETURN_IF_ERROR(linear(L.gate_up, h, t, mlp_.data()));
+  const k::View2<const float> gate{mlp_.data(), t, I, 2 * I}, up{mlp_.data() + I, t, I, 2 * I};
+  ENGINE_K(ops_->silu_mul(gate, up, k::contiguous(act_.data(), t, I)), "silu_mul");
+  return linear(L.down, act_.data(), t, y);
+}
+
+Status CpuBackend::grouped(std::span<const Product> products) {
+  bool all_kernels = true;
+  for (const Product& p : products) all_kernels = all_kernels && p.l->f32 == nullptr;
+  if (!all_kernels) {
+    for (const Product& p : products) INFERGATE_RETURN_IF_ERROR(linear(*p.l, p.x, p.rows, p.y));
+    return ok_status();
+  }
+  grouped_.clear();
+  for (const Product& p : products) {
+    grouped_.push_back({k::contiguous<const float>(p.x, p.rows, p.l->cols), p.l->view,
+                        p.l->bias.empty() ? nullptr : p.l->bias.data(),
+                        k::contiguous(p.y, p.rows, p.l->rows)});
+  }
+  ENGINE_K(ops_->linear_grouped(grouped_.data(), static_cast<int64_t>(grouped_.size())), "expert linear");
+  return ok_status();
+}
+
+Status CpuBackend::moe_mlp(const Moe& m, const float* h, int64_t t, float* y) {
+  const int64_t H = shape_.hidden, E = static_cast<int64_t>(m.experts.size()), K = m.routing.top_k;
+  const int64_t P = t * K;  // (token, choice) pairs
+  router_logits_.resize(static_cast<size_t>(t * E));
+  route_experts_.resize(static_cast<size_t>(P));
+  route_weights_.resize(static_cast<size_t>(P));
+  INFERGATE_RETURN_IF_ERROR(linear(m.router, h, t, router_logits_.data()));
+  k::MoeRouting r = m.routing;
+  r.bias = m.selection_bias.empty() ? nullptr : m.selection_bias.data();
+  ENGINE_K(k::moe_route_ref(r, k::contiguous<const float>(router_logits_.data(), t, E), route_experts_.data(),
+                            route_weights_.data()),
+           "router");
+  // The pairs grouped by expert, tokens in order within each (a counting sort): each expert's weights
+  // are read once per step however many tokens chose it, and experts nobody chose are not read.
+  expert_offsets_.assign(static_cast<size_t>(E) + 1, 0);
+  for (int32_t e : route_experts_) ++expert_offsets_[static_cast<size_t>(e) + 1];
+  for (int64_t e = 0; e < E; ++e)
+    expert_offsets_[static_cast<size_t>(e) + 1] += expert_offsets_[static_cast<size_t>(e)];
+  expert_rows_.resize(static_cast<size_t>(P));
+  std::vector<int32_t> fill(expert_offsets_.begin(), expert_offsets_.end() - 1);
+  for (int64_t i = 0; i < P; ++i) {
+    expert_rows_[static_cast<size_t>(fill[static_cast<size_t>(route_experts_[static_cast<size_t>(i)])]++)] =
+        static_cast<int32_t>(i);
+  }
+  const int64_t W = m.experts.front().down.cols, Ws = m.shared.down.cols;
+  const bool shared = m.shared.down.rows > 0;
+  expert_x_.resize(static_cast<size_t>(P * H));
+  expert_y_.resize(static_cast<size_t>(P * H));
+  expert_gu_.resize(static_cast<size_t>(2 * P * W + 2 * t * Ws));
+  expert_act_.resize(static_cast<size_t>(P * W + t * Ws));
+  for (int64_t j = 0; j < P && t > 1; ++j) {
+    const int64_t tok = expert_rows_[static_cast<size_t>(j)] / K;
+    std::copy(h + tok * H, h + (tok + 1) * H, expert_x_.begin() + j * H);
+  }
+  float* gate = expert_gu_.data();    // [P, W], then the shared expert's [t, Ws]
+  float* up = gate + P * W + t * Ws;  // the same layout
+  float* act = expert_act_.data();    // the same layout
+  // Every chosen expert's gate and up (and the shared expert's) in one pass, then one SiLU-and-multiply,
+  // then every down projection in one pass.
+  products_.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = expert_offsets_[static_cast<size_t>(e)],
+                  n = expert_offsets_[static_cast<size_t>(e) + 1] - b;
+    if (n == 0) continue;
+    const Expert& x = m.experts[static_cast<size_t>(e)];
+    // One token (batch-1 decode): every expert reads h itself, so int4 reorders it once for all.
+    const float* in = t == 1 ? h : expert_x_.data() + b * H;
+    products_.push_back({&x.gate, in, n, gate + b * W});
+    products_.push_back({&x.up, in, n, up + b * W});
+  }
+  if (shared) {
+    products_.push_back({&m.shared.gate, h, t, gate + P * W});
+    products_.push_back({&m.shared.up, h, t, up + P * W});
+  }
+  INFERGATE_RETURN_IF_ERROR(grouped(products_));
+  // One shared expert is as wide as a routed one: its rows follow the routed rows in one call.
+  const int64_t joint = shared && Ws == W ? P + t : P;
+  ENGINE_K(ops_->silu_mul(k::contiguous<const float>(gate, joint, W),
+                          k::contiguous<const float>(up, joint, W), k::contiguous(act, joint, W)),
+           "silu_mul");
+  if (shared && joint == P) {
+    ENGINE_K(ops_->silu_mul(k::contiguous<const float>(gate + P * W, t, Ws),
+                            k::contiguous<const float>(up + P * W, t, Ws), k::contiguous(act + P * W, t, Ws)),
+             "silu_mul");
+  }
+  products_.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t b = expert_offsets_[static_cast<size_t>(e)],
+                  n = expert_offsets_[static_cast<size_t>(e) + 1] - b;
+    if (n > 0)
+      products_.push_back(
+          {&m.experts[static_cast<size_t>(e)].down, act + b * W, n, expert_y_.data() + b * H});
+  }
+  if (shared) products_.push_back({&m.shared.down, act + P * W, t, y});
+  INFERGATE_RETURN_IF_ERROR(grouped(products_));
+  if (!shared) std::fill(y, y + t * H, 0.0f);
+  // y[token] += weight x expert output, in expert order for every token (the same sums whatever else
+  // is in the batch).
+  for (int64_t j = 0; j < P; ++j) {
+    const int32_t pair = expert_rows_[static_cast<size_t>(j)];
+    const float w = route_weights_[static_cast<size_t>(pair)];
+    float* out = y + (pair / K) * H;
+    const float* ye = expert_y_.data() + j * H;
+    for (int64_t c = 0; c < H; ++c) out[c] += w * ye[c];
+  }
+  return ok_status();
+}
+
 Status validate_sequence_input(const SequenceInput& in, int32_t s, const ModelShape& shape,
                                int64_t num_blocks, int32_t max_sequences) {
   const int64_t n = static_cast<int64_t>(in.tokens.size());
@@ -651,8 +874,9 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
     }
   }
   // ---- workspaces ----
-  const int64_t I = model_->config().intermediate_size;
+  const int64_t I = mlp_width_;
   x_.resize(static_cast<size_t>(T * H));
+  mlp_out_.resize(static_cast<size_t>(T * H));
   h_.resize(static_cast<size_t>(T * H));
   q_.resize(static_cast<size_t>(T * qd));
   k_.resize(static_cast<size_t>(T * kvd));
@@ -681,6 +905,14 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
              "input_layernorm");
     INFERGATE_RETURN_IF_ERROR(
         linears(h_.data(), T, {{&L.q, q_.data()}, {&L.k, k_.data()}, {&L.v, v_.data()}}));
+    if (!L.q_norm.empty()) {  // GLM-4.5: RMSNorm over each head of q and of k, before RoPE
+      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(q_.data(), T * Hq, D), L.q_norm.data(), eps_,
+                             k::contiguous(q_.data(), T * Hq, D)),
+               "q_norm");
+      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(k_.data(), T * Hk, D), L.k_norm.data(), eps_,
+                             k::contiguous(k_.data(), T * Hk, D)),
+               "k_norm");
+    }
     ENGINE_K(ops_->rope(rope_, inv_freq_.data(), pos.data(), k::contiguous(q_.data(), T, Hq, D),
                         k::contiguous(k_.data(), T, Hk, D)),
              "rope");
@@ -711,26 +943,14 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
     ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(x_.data(), T, H), L.post_attention_norm.data(), eps_,
                            k::contiguous(h_.data(), T, H)),
              "post_attention_layernorm");
-    if (L.fused) {
-      INFERGATE_RETURN_IF_ERROR(linear(L.gate_up, h_.data(), T, mlp_.data()));
-      const k::View2<const float> gate{mlp_.data(), T, I, 2 * I}, up{mlp_.data() + I, T, I, 2 * I};
-      ENGINE_K(ops_->silu_mul(gate, up, k::contiguous(act_.data(), T, I)), "silu_mul");
-    } else {
-      INFERGATE_RETURN_IF_ERROR(
-          linears(h_.data(), T, {{&L.gate, mlp_.data()}, {&L.up, mlp_.data() + T * I}}));
-      ENGINE_K(ops_->silu_mul(k::contiguous<const float>(mlp_.data(), T, I),
-                              k::contiguous<const float>(mlp_.data() + T * I, T, I),
-                              k::contiguous(act_.data(), T, I)),
-               "silu_mul");
-    }
-    INFERGATE_RETURN_IF_ERROR(linear(L.down, act_.data(), T, h_.data()));
+    INFERGATE_RETURN_IF_ERROR(mlp(L, h_.data(), T, mlp_out_.data()));
     if (!L.post_mlp_norm.empty()) {
-      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(h_.data(), T, H), L.post_mlp_norm.data(), eps_,
-                             k::contiguous(h_.data(), T, H)),
+      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(mlp_out_.data(), T, H), L.post_mlp_norm.data(), eps_,
+                             k::contiguous(mlp_out_.data(), T, H)),
                "post_mlp_layernorm");
     }
     ENGINE_K(ops_->add(k::contiguous<const float>(x_.data(), T, H),
-                       k::contiguous<const float>(h_.data(), T, H), k::contiguous(x_.data(), T, H)),
+                       k::contiguous<const float>(mlp_out_.data(), T, H), k::contiguous(x_.data(), T, H)),
              "residual");
   }
   // ---- logits only where wanted ----

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "infergate/engine/backend.h"
+#include "infergate/kernels/cpu.h"
 #include "infergate/kernels/kv_cache.h"
 #include "infergate/kernels/ops.h"
 #include "infergate/kernels/ref.h"
@@ -63,10 +65,25 @@ class CpuBackend final : public Backend {
     int64_t rows = 0, cols = 0;
     std::vector<float> bias;
   };
+  // One SwiGLU MLP: down(silu(gate x) * up x). A routed or shared expert.
+  struct Expert {
+    Linear gate, up, down;
+  };
+  // A routed-expert MLP (GLM-4.5): the router [experts, hidden] (dense, its logits in fp32), the
+  // selection rule, the experts and the shared expert.
+  struct Moe {
+    Linear router;
+    std::vector<float> selection_bias;  // e_score_correction_bias; empty when the config has none
+    kernels::MoeRouting routing;        // routing.bias is set from selection_bias when used
+    std::vector<Expert> experts;
+    Expert shared;  // shared.down.rows == 0: none
+  };
   struct Layer {
     std::vector<float> input_norm, post_attention_norm, post_self_attn_norm, post_mlp_norm;
+    std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (use_qk_norm); else empty
     Linear q, k, v, o, gate, up, gate_up, down;
     bool fused = false;
+    std::optional<Moe> moe;  // set on routed-expert layers, which have no dense MLP
   };
 
   // The loaded weights as host views (mapped or owned by this backend), for the CUDA backend, which
@@ -86,7 +103,24 @@ class CpuBackend final : public Backend {
   // Multiplies row n of l (and its bias) by factor[n] (powers of two: exact), copying what is mapped.
   Status scale_rows(Linear& l, const std::vector<float>& factor);
   Status smooth_keys(Layer& L, std::string_view prefix);
+  Result<Expert> load_expert(const std::string& prefix, int64_t width, bool bias);
+  Result<Moe> load_moe(const std::string& prefix);
   Status linear(const Linear& l, const float* x, int64_t t, float* y);
+  // y [t, H] = the layer's MLP of h [t, H] (dense, fused gate_up, or routed experts). y != h.
+  Status mlp(const Layer& L, const float* h, int64_t t, float* y);
+  Status swiglu(const Linear& gate, const Linear& up, const Linear& down, const float* x, int64_t t,
+                float* y);
+  // Routes each of the t tokens, runs every chosen expert once over the tokens routed to it, and adds
+  // the weighted results to the shared expert's.
+  Status moe_mlp(const Moe& m, const float* h, int64_t t, float* y);
+  // y = x W^T (+ b) for products with their own inputs, in one pass over the kernels' thread pool.
+  struct Product {
+    const Linear* l;
+    const float* x;
+    int64_t rows;
+    float* y;
+  };
+  Status grouped(std::span<const Product> products);
   // y = x W^T (+ b) for up to kMaxLinears weights of the same input (q/k/v, gate/up): one pass over
   // the kernels' thread pool instead of one per weight (each result the same as linear()'s).
   struct LinearTo {
@@ -124,7 +158,15 @@ class CpuBackend final : public Backend {
   std::vector<float> k_scale_;
   int64_t kv_bytes_ = 0;
 
-  std::vector<float> x_, h_, q_, k_, v_, attn_, mlp_, act_;
+  int64_t mlp_width_ = 0;  // the widest MLP (dense, expert or shared): the workspaces' size
+
+  std::vector<float> x_, h_, q_, k_, v_, attn_, mlp_, act_, mlp_out_;
+  // Routing workspaces: router logits [T, experts], chosen experts and weights [T, top_k], and the
+  // tokens grouped by expert (gathered inputs and the expert's outputs).
+  std::vector<float> router_logits_, route_weights_, expert_x_, expert_y_, expert_gu_, expert_act_;
+  std::vector<int32_t> route_experts_, expert_offsets_, expert_rows_;
+  std::vector<Product> products_;
+  std::vector<kernels::LinearProduct> grouped_;
 };
 
 }  // namespace infergate::runtime::engine

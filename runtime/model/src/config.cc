@@ -285,9 +285,7 @@ std::string_view architecture_name(Architecture a) {
   return "unknown";
 }
 
-bool is_dense_architecture(Architecture a) {
-  return a != Architecture::kDeepseekV3 && a != Architecture::kGlm4Moe;
-}
+bool engine_runs_architecture(Architecture a) { return a != Architecture::kDeepseekV3; }
 
 std::string_view rope_type_name(RopeType t) {
   switch (t) {

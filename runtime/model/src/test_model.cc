@@ -109,17 +109,41 @@ Error option_error(std::string_view flag, std::string message) {
       .with_detail("option", std::string(flag));
 }
 
+Status validate_moe(const TestModelOptions& o) {
+  const TestMoeOptions& m = o.moe;
+  if (m.experts < 2 || m.experts > 1024) return option_error("--experts", "must be in [2, 1024]");
+  if (m.groups < 1 || m.experts % m.groups != 0)
+    return option_error("--expert-groups", "must divide --experts");
+  if (m.groups > 1 && m.experts / m.groups < 2) {
+    return option_error("--expert-groups", "groups score by their two best experts: at least 2 per group");
+  }
+  if (m.topk_groups < 1 || m.topk_groups > m.groups)
+    return option_error("--topk-groups", "must be in [1, --expert-groups]");
+  if (m.experts_per_token < 1 || m.experts_per_token > m.topk_groups * (m.experts / m.groups)) {
+    return option_error("--experts-per-token", "must be at least 1 and fit in the --topk-groups groups kept");
+  }
+  if (m.shared_experts < 0 || m.shared_experts > 16)
+    return option_error("--shared-experts", "must be in [0, 16]");
+  if (m.dense_layers < 0 || m.dense_layers > o.layers)
+    return option_error("--dense-layers", "must be in [0, --layers]");
+  if (m.intermediate < 0 || m.intermediate > 8 * 65536)
+    return option_error("--moe-intermediate", "must be positive");
+  if (!(m.routed_scaling > 0) || !std::isfinite(m.routed_scaling))
+    return option_error("--routed-scaling", "must be positive");
+  return ok_status();
+}
+
 Status validate(const TestModelOptions& o) {
   if (o.arch != Architecture::kLlama && o.arch != Architecture::kQwen2 && o.arch != Architecture::kGlm &&
-      o.arch != Architecture::kGlm4) {
-    return option_error("--arch", "expected llama, qwen2, glm or glm4");
+      o.arch != Architecture::kGlm4 && o.arch != Architecture::kGlm4Moe) {
+    return option_error("--arch", "expected llama, qwen2, glm, glm4 or glm4_moe");
   }
   if (o.layers < 1 || o.layers > 1024) return option_error("--layers", "must be in [1, 1024]");
   if (o.hidden < 8 || o.hidden > 65536) return option_error("--hidden", "must be in [8, 65536]");
   if (o.heads < 1 || o.hidden % o.heads != 0) return option_error("--heads", "must divide --hidden");
   if ((o.hidden / o.heads) % 2 != 0)
     return option_error("--heads", "hidden / heads (the head size) must be even");
-  if (o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4) {
+  if (o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4 || o.arch == Architecture::kGlm4Moe) {
     if ((o.hidden / o.heads) % 4 != 0)
       return option_error("--heads", "GLM's half rotary needs a head size divisible by 4");
   }
@@ -136,6 +160,7 @@ Status validate(const TestModelOptions& o) {
   if (o.dtype != DType::kF16 && o.dtype != DType::kBF16 && o.dtype != DType::kF32) {
     return option_error("--dtype", "expected f16, bf16 or f32");
   }
+  if (o.arch == Architecture::kGlm4Moe) INFERGATE_RETURN_IF_ERROR(validate_moe(o));
   return ok_status();
 }
 
@@ -143,14 +168,20 @@ std::string torch_dtype_name(DType t) {
   return t == DType::kF16 ? "float16" : t == DType::kBF16 ? "bfloat16" : "float32";
 }
 
+int64_t moe_intermediate(const TestModelOptions& o) {
+  return o.moe.intermediate > 0 ? o.moe.intermediate : (o.hidden / 2 + 15) / 16 * 16;
+}
+
 OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, int64_t eos, int64_t im_end) {
   const bool glm = o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4;
+  const bool glm_moe = o.arch == Architecture::kGlm4Moe;
   OJson c;
   c["architectures"] = OJson::array({std::string(architecture_name(o.arch))});
   c["model_type"] = o.arch == Architecture::kLlama   ? "llama"
                     : o.arch == Architecture::kQwen2 ? "qwen2"
                     : o.arch == Architecture::kGlm   ? "glm"
-                                                     : "glm4";
+                    : o.arch == Architecture::kGlm4  ? "glm4"
+                                                     : "glm4_moe";
   c["vocab_size"] = o.vocab;
   c["hidden_size"] = o.hidden;
   c["intermediate_size"] = intermediate;
@@ -162,7 +193,7 @@ OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, 
   c["hidden_act"] = "silu";
   c["rms_norm_eps"] = o.arch == Architecture::kQwen2 ? 1e-6 : 1e-5;
   c["rope_theta"] = 10000.0;
-  if (glm) {
+  if (glm || glm_moe) {
     c["partial_rotary_factor"] = 0.5;
     c["attention_bias"] = true;
     c["pad_token_id"] = eos;
@@ -174,6 +205,20 @@ OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, 
     c["use_sliding_window"] = false;
     c["sliding_window"] = o.max_position;
     c["max_window_layers"] = o.layers;
+  }
+  if (glm_moe) {
+    const TestMoeOptions& m = o.moe;
+    c["use_qk_norm"] = m.qk_norm;
+    c["n_routed_experts"] = m.experts;
+    c["n_shared_experts"] = m.shared_experts;
+    c["num_experts_per_tok"] = m.experts_per_token;
+    c["moe_intermediate_size"] = moe_intermediate(o);
+    c["first_k_dense_replace"] = m.dense_layers;
+    c["n_group"] = m.groups;
+    c["topk_group"] = m.topk_groups;
+    c["routed_scaling_factor"] = m.routed_scaling;
+    c["norm_topk_prob"] = true;
+    c["num_nextn_predict_layers"] = 0;
   }
   c["attention_dropout"] = 0.0;
   c["tie_word_embeddings"] = o.tie_embeddings;
@@ -216,7 +261,8 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// How one tensor is drawn: value = mean + std * normal, times a per-row factor.
+// How one tensor is drawn: value = mean + std * normal, times a per-row factor (per element for
+// vectors: biases and norms).
 struct Plan {
   double mean = 0, std = 0;
   std::vector<float> row_scale;  // empty: all 1
@@ -236,15 +282,21 @@ Plan plan_for(const ExpectedTensor& t, const TestModelOptions& o, const ModelCon
     p.std = 0.05;
   } else if (ends_with(n, ".bias")) {
     p.std = 0.1;
+  } else if (ends_with(n, ".e_score_correction_bias")) {
+    p.std = kRouterBiasStd;
   } else if (ends_with(n, "o_proj.weight")) {
     p.std = 1.0 / std::sqrt(static_cast<double>(c.q_dim())) / std::sqrt(two_l);
-  } else if (ends_with(n, "down_proj.weight")) {
-    p.std = 1.0 / std::sqrt(static_cast<double>(c.intermediate_size)) / std::sqrt(two_l);
+  } else if (ends_with(n, "down_proj.weight")) {  // dense MLP, expert or shared expert: its own width
+    p.std = 1.0 / std::sqrt(static_cast<double>(t.shape[1])) / std::sqrt(two_l);
   } else {
     p.std = 1.0 / std::sqrt(H);  // q, k, v, gate, up, gate_up
   }
-  const bool is_q = n.find(".self_attn.q_proj.") != std::string::npos;
-  const bool is_k = n.find(".self_attn.k_proj.") != std::string::npos;
+  // Outlier key channels: on k_proj's rows, or with per-head q/k norms on k_norm (which would
+  // otherwise normalise them away); the query side is divided by the same factor, so q.k is unchanged.
+  const std::string_view q_part = c.qk_norm ? ".self_attn.q_norm." : ".self_attn.q_proj.";
+  const std::string_view k_part = c.qk_norm ? ".self_attn.k_norm." : ".self_attn.k_proj.";
+  const bool is_q = n.find(q_part) != std::string::npos;
+  const bool is_k = n.find(k_part) != std::string::npos;
   if ((is_q || is_k) && o.outlier_channels > 0) {
     int64_t layer = std::stoll(n.substr(std::string("model.layers.").size()));
     std::set<int64_t> ch = outlier_channels(o, c, layer);
@@ -273,7 +325,7 @@ Status write_tensor(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& p
   Rng rng(seed_for(o.seed, t.name));
   uint64_t n = 1;
   for (uint64_t d : t.shape) n *= d;
-  const uint64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const uint64_t cols = t.shape.size() < 2 ? 1 : t.shape.back();  // a vector's rows are its elements
   const size_t esize = dtype_size(o.dtype);
   constexpr uint64_t kChunk = 1u << 20;
   std::vector<float> vals;

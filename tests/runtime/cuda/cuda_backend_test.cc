@@ -329,6 +329,20 @@ TEST(CudaBackend, RefusesFp32WeightsAndMoreGpusThanThereAre) {
   EXPECT_EQ(many.error().reason(), "NoDevice");
 }
 
+// Runs without a GPU: the refusal comes before any device is asked for.
+TEST(CudaBackend, RefusesRoutedExpertsAndQkNormsItDoesNotImplementYet) {
+  TempDir dir = *TempDir::create("cuda-moe");
+  m::TestModelOptions o;
+  o.out = dir.path() / "moe";
+  o.arch = m::Architecture::kGlm4Moe;
+  o.vocab = 320;
+  ASSERT_TRUE(m::make_test_model(o).ok());
+  auto b = make_cuda_backend(open_or_die(o.out), CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().reason(), "UnsupportedArchitecture") << b.error().to_string();
+  EXPECT_NE(b.error().message().find("Glm4MoeForCausalLM"), std::string::npos) << b.error().to_string();
+}
+
 TEST(CudaBackend, ReportsWeightAndKvBytesAsAllocated) {
   SKIP_WITHOUT_GPU();
   auto gpu = make(WeightFormat::kInt8, KvCacheDtype::kInt8, true);

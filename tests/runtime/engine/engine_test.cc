@@ -412,25 +412,6 @@ TEST_F(EngineTest, ConvertsADenseCheckpointBetweenFp16AndBf16AtLoad) {
 }
 
 // Edits config.json of a copy of the model.
-std::filesystem::path with_config(const std::filesystem::path& src, const std::filesystem::path& dst,
-                                  const std::function<void(Json&)>& edit) {
-  std::filesystem::copy(src, dst, std::filesystem::copy_options::recursive);
-  auto j = parse_json(*read_file(dst / "config.json"), "config.json");
-  edit(*j);
-  EXPECT_TRUE(write_file_atomic(dst / "config.json", dump_json(*j, 2)).ok());
-  return dst;
-}
-
-Error load_error(const std::filesystem::path& dir, KvCacheDtype kv = KvCacheDtype::kF16) {
-  EngineConfig c;
-  c.model_dir = dir;
-  c.kv_dtype = kv;
-  c.max_context = 64;
-  auto r = load_engine(c);
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? Error(ErrorCode::kInternal, "loaded") : r.error();
-}
-
 TEST_F(EngineTest, RefusesAMissingTensorNamingIt) {
   auto d = with_config(model_, dir_.path() / "more-layers", [](Json& j) { j["num_hidden_layers"] = 3; });
   Error e = load_error(d);

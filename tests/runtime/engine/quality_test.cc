@@ -36,13 +36,16 @@ struct Row {
   double bytes_per_token = 0;
 };
 
-class QualityMatrix : public ::testing::Test {
+// The matrix's model: a Llama, or GLM-4.5's MoE layers (q/k norms, routed and shared experts; the
+// outlier key channels then sit on k_norm). Each architecture's fixture has its own model.
+template <m::Architecture kArch>
+class QualityMatrixFor : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir(temp_dir());
-    m::TestModelOptions o = small_options(m::Architecture::kLlama, 21);
-    o.hidden = 128;  // head_dim 32: one int4 group per head
-    o.layers = 2;
+    m::TestModelOptions o = small_options(kArch, 21);
+    o.hidden = 128;                                         // head_dim 32: one int4 group per head
+    o.layers = kArch == m::Architecture::kGlm4Moe ? 3 : 2;  // MoE: one dense layer, two routed
     o.vocab = 512;
     o.outlier_channels = 4;
     o.dtype = m::DType::kF32;
@@ -58,6 +61,14 @@ class QualityMatrix : public ::testing::Test {
     delete baseline_;
     delete dir_;
   }
+  static const char* model_description() {
+    return kArch == m::Architecture::kGlm4Moe
+               ? "glm4_moe, 3 layers (1 dense, 2 with 8 experts in 2 groups, top 2, 1 shared), hidden 128, "
+                 "head_dim 32, q/k norms, 4 outlier key channels per KV head on k_norm"
+               : "llama, 2 layers, hidden 128, head_dim 32, 4 outlier key channels per KV head";
+  }
+  // Every weight format x KV dtype against the fp32 baseline, printed as a table and held to the bounds.
+  static void check_every_format();
 
   static std::filesystem::path dir_for(WeightFormat w) {
     return w == WeightFormat::kInt8 ? int8_ : w == WeightFormat::kInt4 ? int4_ : dense_;
@@ -83,7 +94,8 @@ class QualityMatrix : public ::testing::Test {
   static inline std::vector<std::vector<float>>* baseline_ = nullptr;
 };
 
-TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) {
+template <m::Architecture kArch>
+void QualityMatrixFor<kArch>::check_every_format() {
   const WeightFormat wfs[] = {WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kInt8,
                               WeightFormat::kInt4};
   const KvCacheDtype kvs[] = {KvCacheDtype::kF16,  KvCacheDtype::kBF16, KvCacheDtype::kFp8,
@@ -138,16 +150,26 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
     std::printf("| %s | %.4f | %.2e | %.2e | %.0f |\n", r.name.c_str(), r.q.top1_agreement, r.q.mean_kl,
                 r.q.max_kl, r.bytes_per_token / 2);
   }
-  std::printf(
-      "(%lld positions over %zu fixed prompts; baseline fp32 weights + fp32 KV; llama, 2 layers, hidden 128, "
-      "head_dim 32, 4 outlier key channels per KV head)\n",
-      static_cast<long long>(positions), prompts_.size());
+  std::printf("(%lld positions over %zu fixed prompts; baseline fp32 weights + fp32 KV; %s)\n",
+              static_cast<long long>(positions), prompts_.size(), model_description());
 
-  // The bounds of docs/quant-formats.md ("Quality bounds"), for the default configuration.
+  // The bounds of docs/quant-formats.md ("Quality bounds"), for the default configuration. The MoE
+  // model's are looser: a small error that moves a token's router score past its neighbour's swaps
+  // an expert outright (with every expert chosen, fp16 weights + int8 KV measured a mean KL of
+  // 2.6e-5 on this model, as on the Llama; with top 2 of 8, 6.4e-3).
+  constexpr bool moe = kArch == m::Architecture::kGlm4Moe;
   struct Bound {
     double top1, kl;
   };
   auto bound_for = [](WeightFormat w, KvCacheDtype kv) -> Bound {
+    if (moe) {
+      Bound b{0.99, 0.01};  // fp16/bf16 weights with fp16, bf16 or int8 KV
+      if (kv == KvCacheDtype::kFp8) b = {0.96, 0.04};
+      if (kv == KvCacheDtype::kInt4 || kv == KvCacheDtype::kInt4Kivi) b = {0.93, 0.15};
+      if (w == WeightFormat::kInt8) b = {std::min(b.top1, 0.96), std::max(b.kl, 0.04)};
+      if (w == WeightFormat::kInt4) b = {std::min(b.top1, 0.78), std::max(b.kl, 0.45)};
+      return b;
+    }
     Bound b{0.99, 0.001};  // fp16/bf16 weights with fp16, bf16 or int8 KV
     if (kv == KvCacheDtype::kFp8) b = {0.97, 0.002};
     if (kv == KvCacheDtype::kInt4 || kv == KvCacheDtype::kInt4Kivi) b = {0.93, 0.01};
@@ -166,7 +188,7 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
   // int8 KV is nearly free (with fp16 and bf16 weights, against fp32).
   for (WeightFormat w : {WeightFormat::kF16, WeightFormat::kBF16}) {
     const QualityMetrics r = q[{w, KvCacheDtype::kInt8, true}];
-    EXPECT_LE(r.mean_kl, 0.001) << weight_format_name(w);
+    EXPECT_LE(r.mean_kl, moe ? 0.01 : 0.001) << weight_format_name(w);
     EXPECT_GE(r.top1_agreement, 0.99) << weight_format_name(w);
   }
   // The regression a quality gate must catch: per-token int4 keys (no smoothing) lose the ordinary
@@ -174,13 +196,13 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
   for (WeightFormat w : wfs) {
     const QualityMetrics tok = q[{w, KvCacheDtype::kInt4, false}],
                          kivi = q[{w, KvCacheDtype::kInt4Kivi, false}];
-    EXPECT_GT(tok.mean_kl, 4 * kivi.mean_kl) << weight_format_name(w);
+    EXPECT_GT(tok.mean_kl, (moe ? 1.5 : 4.0) * kivi.mean_kl) << weight_format_name(w);
     EXPECT_LT(tok.top1_agreement + 0.05, kivi.top1_agreement) << weight_format_name(w);
   }
   // Smoothing is what makes per-token scales work on this model, and changes nothing for fp8 and kivi.
   const QualityMetrics raw8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, false}];
   const QualityMetrics smooth8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, true}];
-  EXPECT_LT(smooth8.mean_kl * 5, raw8.mean_kl);
+  EXPECT_LT(smooth8.mean_kl * (moe ? 3 : 5), raw8.mean_kl);
   // Fewer weight bits never help.
   const double kl16 = q[{WeightFormat::kF16, KvCacheDtype::kF16, true}].mean_kl;
   const double kl8 = q[{WeightFormat::kInt8, KvCacheDtype::kF16, true}].mean_kl;
@@ -188,6 +210,12 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
   EXPECT_LT(kl16, kl8);
   EXPECT_LT(kl8, kl4);
 }
+
+using QualityMatrix = QualityMatrixFor<m::Architecture::kLlama>;
+using MoeQualityMatrix = QualityMatrixFor<m::Architecture::kGlm4Moe>;
+
+TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) { check_every_format(); }
+TEST_F(MoeQualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) { check_every_format(); }
 
 // Decode attention over int8 / int4 KV quantizes q and the softmax weights to 8 bits where the CPU
 // has AVX-512 VNNI (kernels/src/cpu/attn_vnni.cc). At head_dim 128, token by token (the decode path
@@ -339,7 +367,8 @@ TEST_P(SmoothingTest, KeepsScoresExactAndHelpsInt8KeysOnEveryArchitecture) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, SmoothingTest,
                          ::testing::Values(m::Architecture::kLlama, m::Architecture::kQwen2,
-                                           m::Architecture::kGlm, m::Architecture::kGlm4),
+                                           m::Architecture::kGlm, m::Architecture::kGlm4,
+                                           m::Architecture::kGlm4Moe),
                          [](const auto& p) { return std::string(m::architecture_name(p.param)); });
 
 }  // namespace

@@ -1,7 +1,14 @@
 #!/usr/bin/python3
-"""An independent NumPy forward pass of the dense decoder architectures the engine runs, written from
-the published models (huggingface/transformers modeling_llama.py, modeling_mistral.py,
-modeling_qwen2.py, modeling_glm.py, modeling_glm4.py), not from infergate's C++. Computes in float64.
+"""An independent NumPy forward pass of the decoder architectures the engine runs, written from the
+published models (huggingface/transformers modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
+modeling_glm.py, modeling_glm4.py, modeling_glm4_moe.py with its DeepseekV3TopkRouter), not from
+infergate's C++. Computes in float64.
+
+Routing (GLM-4.5's MoE layers): s = sigmoid(router logits), chosen by s + e_score_correction_bias
+within the topk_group best of n_group groups (a group scores as the sum of its two best), weights
+s[chosen], renormalised when norm_topk_prob, times routed_scaling_factor. The groups left out are
+excluded outright, as DeepSeek-V3's own inference code does (transformers fills them with 0, which
+differs only when fewer than top_k kept experts score above 0).
 
   reference_forward.py logits --model DIR --tokens 1,2,3 [--tokens ...]      print logits as JSON
   reference_forward.py regenerate --runtime BIN --out DIR                    rewrite the golden files
@@ -122,23 +129,75 @@ def apply_rope(x, positions, inv_freq, interleaved):
     return out
 
 
+def swiglu(W, prefix, h, bias=False):
+    def lin(x, name):
+        y = x @ W[name + ".weight"].T
+        return y + W[name + ".bias"] if bias else y
+    return lin(silu(lin(h, prefix + ".gate_proj")) * lin(h, prefix + ".up_proj"), prefix + ".down_proj")
+
+
+def is_moe_layer(cfg, i):
+    return ("n_routed_experts" in cfg and i >= cfg.get("first_k_dense_replace", 0)
+            and i % cfg.get("moe_layer_freq", 1) == 0)
+
+
+def route(cfg, W, p, h):
+    """Per token: (expert ids, weights), as the module docstring says."""
+    E = cfg["n_routed_experts"]
+    K = cfg["num_experts_per_tok"]
+    G = cfg.get("n_group", 1)
+    TG = cfg.get("topk_group", 1)
+    s = 1.0 / (1.0 + np.exp(-(h @ W[p + "mlp.gate.weight"].T)))
+    c = s + W.get(p + "mlp.gate.e_score_correction_bias", np.zeros(E))
+    out = []
+    for t in range(h.shape[0]):
+        ct = c[t].copy()
+        if G > 1:
+            groups = ct.reshape(G, E // G)
+            gscore = np.sort(groups, axis=1)[:, -2:].sum(axis=1)
+            keep = np.argsort(-gscore, kind="stable")[:TG]
+            dropped = np.ones(G, dtype=bool)
+            dropped[keep] = False
+            groups[dropped] = -np.inf
+            ct = groups.reshape(E)
+        idx = np.argsort(-ct, kind="stable")[:K]
+        w = s[t, idx]
+        if cfg.get("norm_topk_prob", True):
+            w = w / (w.sum() + 1e-20)
+        out.append((idx, w * cfg.get("routed_scaling_factor", 1.0)))
+    return out
+
+
+def moe_mlp(cfg, W, p, h):
+    y = np.zeros_like(h)
+    for t, (idx, w) in enumerate(route(cfg, W, p, h)):
+        for e, we in zip(idx, w):
+            y[t] += we * swiglu(W, p + f"mlp.experts.{e}", h[t:t + 1])[0]
+    if cfg.get("n_shared_experts", 0) > 0:
+        y = y + swiglu(W, p + "mlp.shared_experts", h)
+    return y
+
+
 def forward(cfg, W, tokens):
     arch = cfg["architectures"][0]
     if arch not in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GlmForCausalLM",
-                    "Glm4ForCausalLM"):
+                    "Glm4ForCausalLM", "Glm4MoeForCausalLM"):
         raise SystemExit(f"architecture {arch} is not implemented in the reference")
-    glm = arch in ("GlmForCausalLM", "Glm4ForCausalLM")
+    glm = arch in ("GlmForCausalLM", "Glm4ForCausalLM")  # interleaved rotary pairs, fused gate_up
+    glm_moe = arch == "Glm4MoeForCausalLM"  # rotate-half partial rotary, q/k norms, routed experts
     H = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
     hd = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
-    prf = cfg.get("partial_rotary_factor", 0.5 if glm else 1.0)
+    prf = cfg.get("partial_rotary_factor", 0.5 if (glm or glm_moe) else 1.0)
     inv_freq = rope_inv_freq(cfg, int(hd * prf))
     if arch == "Qwen2ForCausalLM":
         qkv_bias, o_bias = True, False
     elif glm:
         qkv_bias, o_bias = cfg.get("attention_bias", True), False
+    elif glm_moe:
+        qkv_bias, o_bias = cfg.get("attention_bias", False), False
     else:
         qkv_bias = o_bias = cfg.get("attention_bias", False)
 
@@ -158,6 +217,9 @@ def forward(cfg, W, tokens):
         q = linear(h, p + "self_attn.q_proj", qkv_bias).reshape(T, nh, hd)
         k = linear(h, p + "self_attn.k_proj", qkv_bias).reshape(T, nkv, hd)
         v = linear(h, p + "self_attn.v_proj", qkv_bias).reshape(T, nkv, hd)
+        if glm_moe and cfg.get("use_qk_norm", False):  # per head, before RoPE
+            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps)
         q = apply_rope(q, pos, inv_freq, glm)
         k = apply_rope(k, pos, inv_freq, glm)
         rep = nh // nkv  # repeat_kv: query head j reads KV head j // rep
@@ -173,7 +235,9 @@ def forward(cfg, W, tokens):
             o = rms_norm(o, W[p + "post_self_attn_layernorm.weight"], eps)
         x = x + o
         h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
-        if glm:
+        if glm_moe and is_moe_layer(cfg, i):
+            m = moe_mlp(cfg, W, p, h)
+        elif glm:
             gu = linear(h, p + "mlp.gate_up_proj", False)
             gate, up = np.split(gu, 2, axis=-1)
             m = linear(up * silu(gate), p + "mlp.down_proj", False)
@@ -187,6 +251,14 @@ def forward(cfg, W, tokens):
     x = rms_norm(x, W["model.norm.weight"], eps)
     lm = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False) else W["lm_head.weight"]
     return x @ lm.T
+
+
+def greedy(cfg, W, prompt, n):
+    """n greedy tokens after the prompt (the full sequence recomputed each step: slow and plain)."""
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(np.argmax(forward(cfg, W, seq)[-1])))
+    return seq[len(prompt):]
 
 
 def model_logits(model_dir, prompts):
@@ -203,6 +275,7 @@ PROMPTS = [
     # 19 tokens: crosses a 16-token block boundary
     [200, 17, 17, 64, 128, 5, 311, 42, 42, 42, 90, 1, 0, 255, 256, 257, 100, 60, 33],
 ]
+# MoE cases: make-test-model's --arch glm4_moe options (TestMoeOptions) under "moe".
 CASES = {
     "llama": {"arch": "llama", "seed": 11,
               "overrides": {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -213,7 +286,25 @@ CASES = {
     "qwen2": {"arch": "qwen2", "seed": 13},
     "glm": {"arch": "glm", "seed": 14},
     "glm4": {"arch": "glm4", "seed": 15, "dtype": "bf16"},
+    # GLM-4.5: q/k norms, 8 experts in 2 groups (one kept), top 2, a shared expert, one dense layer.
+    "glm4_moe": {"arch": "glm4_moe", "seed": 16, "layers": 3,
+                 "moe": {"experts": 8, "experts_per_token": 2, "groups": 2, "topk_groups": 1,
+                         "shared_experts": 1, "dense_layers": 1, "qk_norm": True}},
+    # GLM-4.5-Air-like: no q/k norms, every layer routed, 4 groups (two kept), top 3, two shared
+    # experts, unnormalised weights with a different scale.
+    "glm4_moe_air": {"arch": "glm4_moe", "seed": 17, "layers": 2, "dtype": "bf16",
+                     "moe": {"experts": 12, "experts_per_token": 3, "groups": 4, "topk_groups": 2,
+                             "shared_experts": 2, "dense_layers": 0, "qk_norm": False},
+                     "overrides": {"norm_topk_prob": False, "routed_scaling_factor": 1.5}},
+    # A wider shape: 16 experts in 4 groups (two kept), top 4, 8 heads over 2 KV heads, head size 16.
+    "glm4_moe_wide": {"arch": "glm4_moe", "seed": 18, "layers": 3, "hidden": 128, "heads": 8, "kv_heads": 2,
+                      "moe": {"experts": 16, "experts_per_token": 4, "groups": 4, "topk_groups": 2,
+                              "shared_experts": 1, "dense_layers": 1, "qk_norm": True}},
 }
+
+MOE_FLAGS = {"experts": "--experts", "experts_per_token": "--experts-per-token", "groups": "--expert-groups",
+             "topk_groups": "--topk-groups", "shared_experts": "--shared-experts",
+             "dense_layers": "--dense-layers"}
 
 
 def make_model(runtime, case, out):
@@ -221,6 +312,14 @@ def make_model(runtime, case, out):
            "--vocab", str(VOCAB), "--dtype", case.get("dtype", "f16"), "--force"]
     if case.get("tie_embeddings"):
         cmd.append("--tie-embeddings")
+    for key in ("layers", "hidden", "heads", "kv_heads"):
+        if key in case:
+            cmd += ["--" + key.replace("_", "-"), str(case[key])]
+    for key, flag in MOE_FLAGS.items():
+        if key in case.get("moe", {}):
+            cmd += [flag, str(case["moe"][key])]
+    if case.get("moe", {}).get("qk_norm") is False:
+        cmd.append("--no-qk-norm")
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     path = os.path.join(out, "config.json")
     with open(path) as f:
@@ -230,14 +329,21 @@ def make_model(runtime, case, out):
         json.dump(cfg, f, indent=2)
 
 
-def golden(name, case, logits):
+GREEDY_TOKENS = 12
+
+
+def golden(name, case, logits, greedy_tokens):
     return {
         "case": name,
-        "make_test_model": {"arch": case["arch"], "seed": case["seed"], "vocab": VOCAB,
-                            "dtype": case.get("dtype", "f16"), "tie_embeddings": bool(case.get("tie_embeddings"))},
+        "make_test_model": dict({"arch": case["arch"], "seed": case["seed"], "vocab": VOCAB,
+                                 "dtype": case.get("dtype", "f16"),
+                                 "tie_embeddings": bool(case.get("tie_embeddings"))},
+                                **{k: case[k] for k in ("layers", "hidden", "heads", "kv_heads") if k in case},
+                                **({"moe": case["moe"]} if "moe" in case else {})),
         "config_overrides": case.get("overrides", {}),
         "prompts": PROMPTS,
-        "logits": [[[float("%.6g" % v) for v in row] for row in l] for l in logits],
+        "logits": [[[float("%.8g" % v) for v in row] for row in l] for l in logits],
+        "greedy": greedy_tokens,  # GREEDY_TOKENS after each prompt
     }
 
 
@@ -262,13 +368,20 @@ def main():
             mdir = os.path.join(d, "m")
             make_model(args.runtime, case, mdir)
             logits = model_logits(mdir, PROMPTS)
-        gold = golden(name, case, logits)
+            with open(os.path.join(mdir, "config.json")) as f:
+                cfg = json.load(f)
+            W = load_weights(mdir)
+            tokens = [greedy(cfg, W, p, GREEDY_TOKENS) for p in PROMPTS]
+        gold = golden(name, case, logits, tokens)
         path = os.path.join(args.out, name + ".json")
         if args.check:
             with open(path) as f:
                 old = json.load(f)
             for a_, b_ in zip(old["logits"], gold["logits"]):
                 worst = max(worst, float(np.max(np.abs(np.array(a_) - np.array(b_)))))
+            if old.get("greedy") != gold["greedy"]:
+                print(f"{name}: greedy tokens {old.get('greedy')} != {gold['greedy']}")
+                worst = float("inf")
         else:
             with open(path, "w") as f:
                 json.dump(gold, f, separators=(",", ":"))

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "infergate/common/json.h"
 #include "infergate/runtime/model/quantize.h"
 
 namespace infergate::runtime::engine::testing {
@@ -123,6 +124,25 @@ std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int32
     for (const auto& t : r->tokens) out.push_back(t.token);
   }
   return out;
+}
+
+std::filesystem::path with_config(const std::filesystem::path& src, const std::filesystem::path& dst,
+                                  const std::function<void(Json&)>& edit) {
+  std::filesystem::copy(src, dst, std::filesystem::copy_options::recursive);
+  auto j = parse_json(*read_file(dst / "config.json"), "config.json");
+  edit(*j);
+  EXPECT_TRUE(write_file_atomic(dst / "config.json", dump_json(*j, 2)).ok());
+  return dst;
+}
+
+Error load_error(const std::filesystem::path& dir, KvCacheDtype kv) {
+  EngineConfig c;
+  c.model_dir = dir;
+  c.kv_dtype = kv;
+  c.max_context = 64;
+  auto r = load_engine(c);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? Error(ErrorCode::kInternal, "loaded") : r.error();
 }
 
 }  // namespace infergate::runtime::engine::testing

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "infergate/common/fs.h"
+#include "infergate/common/json.h"
 #include "infergate/common/subprocess.h"
 #include "infergate/engine/engine.h"
 #include "infergate/runtime/model/model.h"
@@ -45,6 +47,12 @@ CommandResult run_runtime(const std::vector<std::string>& args);
 CommandResult run_python(const std::vector<std::string>& args);
 bool python_has_numpy();
 std::filesystem::path source_file(std::string_view name);
+
+// A copy of the model directory src at dst with its config.json edited.
+std::filesystem::path with_config(const std::filesystem::path& src, const std::filesystem::path& dst,
+                                  const std::function<void(Json&)>& edit);
+// The error load_engine gives for the directory (failing the test if it loads).
+Error load_error(const std::filesystem::path& dir, KvCacheDtype kv = KvCacheDtype::kF16);
 
 // Greedy generation of n tokens (ids) from a prompt, through generate().
 std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int32_t n);

@@ -68,6 +68,57 @@ TEST(TestModel, TheCliWritesTheSameBytesAsTheLibrary) {
   EXPECT_TRUE(testing::tree(dir.path() / "lib") == testing::tree(dir.path() / "cli"));
 }
 
+TEST(TestModel, TheCliWritesTheSameMoeBytesAsTheLibrary) {
+  auto dir = testing::temp_dir();
+  auto o = small(dir.path() / "lib", Architecture::kGlm4Moe);
+  o.moe.experts = 12;
+  o.moe.experts_per_token = 3;
+  o.moe.groups = 4;
+  o.moe.topk_groups = 2;
+  o.moe.shared_experts = 2;
+  o.moe.dense_layers = 0;
+  o.moe.intermediate = 40;
+  o.moe.routed_scaling = 1.5;
+  o.moe.qk_norm = false;
+  ASSERT_TRUE(make_test_model(o).ok());
+  auto r = testing::run_runtime({"make-test-model",
+                                 "--out",
+                                 (dir.path() / "cli").string(),
+                                 "--arch",
+                                 "glm4_moe",
+                                 "--layers",
+                                 "2",
+                                 "--hidden",
+                                 "64",
+                                 "--heads",
+                                 "4",
+                                 "--kv-heads",
+                                 "2",
+                                 "--vocab",
+                                 "400",
+                                 "--seed",
+                                 "7",
+                                 "--experts",
+                                 "12",
+                                 "--experts-per-token",
+                                 "3",
+                                 "--expert-groups",
+                                 "4",
+                                 "--topk-groups",
+                                 "2",
+                                 "--shared-experts",
+                                 "2",
+                                 "--dense-layers",
+                                 "0",
+                                 "--moe-intermediate",
+                                 "40",
+                                 "--routed-scaling",
+                                 "1.5",
+                                 "--no-qk-norm"});
+  ASSERT_TRUE(r.status.success()) << r.err;
+  EXPECT_TRUE(testing::tree(dir.path() / "lib") == testing::tree(dir.path() / "cli"));
+}
+
 class EveryArchitecture : public ::testing::TestWithParam<Architecture> {};
 
 TEST_P(EveryArchitecture, LoadsWithEveryExpectedTensorAndARealTokenizer) {
@@ -97,7 +148,66 @@ TEST_P(EveryArchitecture, LoadsWithEveryExpectedTensorAndARealTokenizer) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, EveryArchitecture,
                          ::testing::Values(Architecture::kLlama, Architecture::kQwen2, Architecture::kGlm,
-                                           Architecture::kGlm4));
+                                           Architecture::kGlm4, Architecture::kGlm4Moe));
+
+TEST(TestModel, Glm4MoeHasDenseLeadingLayersRoutedExpertsASharedExpertAndARouterBias) {
+  auto dir = testing::temp_dir();
+  auto o = small(dir.path() / "m", Architecture::kGlm4Moe);
+  o.layers = 3;
+  o.moe.experts = 6;
+  o.moe.groups = 3;
+  o.moe.topk_groups = 2;
+  o.moe.experts_per_token = 3;
+  o.moe.shared_experts = 2;
+  o.moe.dense_layers = 1;
+  o.moe.intermediate = 24;
+  o.dtype = DType::kF32;
+  ASSERT_TRUE(make_test_model(o).ok());
+  auto m = Model::open(o.out);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  const ModelConfig& c = m->config();
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe->n_routed_experts, 6);
+  EXPECT_EQ(c.moe->n_group, 3);
+  EXPECT_EQ(c.moe->topk_group, 2);
+  EXPECT_EQ(c.moe->num_experts_per_tok, 3);
+  EXPECT_EQ(c.moe->topk_method, "noaux_tc");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.rope_layout, RopeLayout::kHalves);
+  EXPECT_EQ(c.rotary_dim, c.head_dim / 2);
+  EXPECT_TRUE(m->has_tensor("model.layers.0.mlp.gate_proj.weight")) << "layer 0 is dense";
+  EXPECT_FALSE(m->has_tensor("model.layers.0.mlp.gate.weight"));
+  EXPECT_TRUE(m->has_tensor("model.layers.2.mlp.experts.5.down_proj.weight"));
+  EXPECT_TRUE(m->has_tensor("model.layers.1.self_attn.q_norm.weight"));
+  auto shared = m->tensor("model.layers.1.mlp.shared_experts.gate_proj.weight");
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->shape[0], 48u) << "2 shared experts of width 24";
+  auto bias = as_floats(*m->tensor("model.layers.1.mlp.gate.e_score_correction_bias"));
+  double ss = 0;
+  for (float b : bias) ss += static_cast<double>(b) * b;
+  EXPECT_GT(std::sqrt(ss / 6), 0.02) << "a bias large enough to change some choices";
+  EXPECT_LT(std::sqrt(ss / 6), 0.3);
+}
+
+TEST(TestModel, WithQkNormsTheOutliersSitOnKNormAndQNormCompensates) {
+  auto dir = testing::temp_dir();
+  auto o = small(dir.path() / "m", Architecture::kGlm4Moe);
+  o.dtype = DType::kF32;
+  o.outlier_channels = 2;
+  ASSERT_TRUE(make_test_model(o).ok());
+  auto m = Model::open(o.out);
+  ASSERT_TRUE(m.ok());
+  auto kn = as_floats(*m->tensor("model.layers.0.self_attn.k_norm.weight"));
+  auto qn = as_floats(*m->tensor("model.layers.0.self_attn.q_norm.weight"));
+  std::vector<size_t> big;
+  for (size_t j = 0; j < kn.size(); ++j) {
+    if (kn[j] > 4) big.push_back(j);
+  }
+  ASSERT_EQ(big.size(), 2u) << "one rotary pair";
+  EXPECT_EQ(big[1] - big[0], kn.size() / 4) << "rotate-half pairs i and i + rotary_dim / 2";
+  for (size_t j : big) EXPECT_NEAR(kn[j] * qn[j], 1.0, 0.15) << "the product is unchanged";
+}
 
 TEST(TestModel, LmHeadIsScaledForPeakedLogits) {
   auto dir = testing::temp_dir();
@@ -218,6 +328,26 @@ TEST(TestModel, RefusesBadOptionsNamingTheFlag) {
   bad = o;
   bad.layers = 0;
   check(bad, "--layers");
+  auto moe = small(dir.path() / "m", Architecture::kGlm4Moe);
+  bad = moe;
+  bad.moe.groups = 3;  // 8 experts
+  check(bad, "--expert-groups");
+  bad = moe;
+  bad.moe.experts = 8;
+  bad.moe.groups = 8;  // groups of one: no two best to score by
+  check(bad, "--expert-groups");
+  bad = moe;
+  bad.moe.topk_groups = 3;
+  check(bad, "--topk-groups");
+  bad = moe;
+  bad.moe.experts_per_token = 5;  // one group of 4 kept
+  check(bad, "--experts-per-token");
+  bad = moe;
+  bad.moe.dense_layers = 3;
+  check(bad, "--dense-layers");
+  bad = moe;
+  bad.moe.routed_scaling = 0;
+  check(bad, "--routed-scaling");
   EXPECT_FALSE(fs::exists(o.out));
 }
 

@@ -1,6 +1,7 @@
 // One memory model: the bytes the planner predicts for weights and KV blocks equal what the engine's
 // CPU backend actually holds and allocates, for the same settings, on generated models of every
-// dense architecture, in every weight format and KV dtype.
+// architecture the engine runs (GLM-4.5's routed experts, router and q/k norms included), in every
+// weight format and KV dtype.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -42,6 +43,7 @@ TEST_P(PlannerMatchesEngine, WeightBytesEqualWhatTheBackendHolds) {
   mo.vocab = 320;
   mo.dtype = f.checkpoint;
   mo.tie_embeddings = f.tie;
+  mo.layers = arch == model::Architecture::kGlm4Moe ? 3 : 2;  // MoE: a dense layer and two routed ones
   ASSERT_TRUE(model::make_test_model(mo).ok());
   fs::path dir = mo.out;
   const std::string name = f.name;
@@ -80,7 +82,8 @@ TEST_P(PlannerMatchesEngine, WeightBytesEqualWhatTheBackendHolds) {
 INSTANTIATE_TEST_SUITE_P(
     EveryArchitectureAndFormat, PlannerMatchesEngine,
     ::testing::Combine(::testing::Values(model::Architecture::kLlama, model::Architecture::kQwen2,
-                                         model::Architecture::kGlm, model::Architecture::kGlm4),
+                                         model::Architecture::kGlm, model::Architecture::kGlm4,
+                                         model::Architecture::kGlm4Moe),
                        ::testing::Values(Format{"fp16", model::DType::kBF16, false},
                                          Format{"bf16", model::DType::kBF16, true},
                                          Format{"fp16", model::DType::kBF16, true},

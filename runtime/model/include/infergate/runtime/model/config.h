@@ -1,12 +1,12 @@
 // The typed model configuration, read from a Hugging Face config.json.
 //
-// Dense architectures the engine runs: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
-// (q/k/v bias), GlmForCausalLM and Glm4ForCausalLM (partial rotary over interleaved pairs, fused
-// gate_up_proj; Glm4 adds post-attention and post-MLP norms). Architectures read for capacity
-// planning only: DeepseekV3ForCausalLM (also Kimi-K2: multi-head latent attention and routed experts)
-// and Glm4MoeForCausalLM (GLM-4.5). Field names and defaults follow huggingface/transformers'
-// configuration and modelling code. A bad config gets an error with the reason "InvalidConfig" and a
-// detail "field" naming the offending field.
+// Architectures the engine runs: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
+// GlmForCausalLM and Glm4ForCausalLM (partial rotary over interleaved pairs, fused gate_up_proj; Glm4
+// adds post-attention and post-MLP norms), and Glm4MoeForCausalLM (GLM-4.5 / 4.6: routed and shared
+// experts, per-head q/k norms, partial rotate-half rotary). Read for capacity planning only:
+// DeepseekV3ForCausalLM (also Kimi-K2: multi-head latent attention and routed experts). Field names and
+// defaults follow huggingface/transformers' configuration and modelling code. A bad config gets an error with
+// the reason "InvalidConfig" and a detail "field" naming the offending field.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@ enum class Architecture { kLlama, kMistral, kQwen2, kGlm, kGlm4, kDeepseekV3, kG
 
 // "LlamaForCausalLM", ...
 std::string_view architecture_name(Architecture a);
-// The dense architectures the bundled engine implements (the others are read for planning).
-bool is_dense_architecture(Architecture a);
+// Whether the bundled engine implements the architecture (the others are read for planning only).
+bool engine_runs_architecture(Architecture a);
 
 enum class RopeType { kDefault, kLinear, kDynamic, kYarn, kLlama3 };
 std::string_view rope_type_name(RopeType t);

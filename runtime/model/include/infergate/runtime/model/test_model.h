@@ -16,6 +16,11 @@
 // Tokenizer: byte-level BPE trained deterministically on a built-in multilingual text (real merges),
 // with <|begin_of_text|>, <|end_of_text|>, <|im_start|>, <|im_end|> as special tokens and reserved
 // special tokens filling any vocabulary the merges do not reach.
+// GLM-4.5 (kGlm4Moe): the first moe.dense_layers layers keep a dense MLP, the others route each token
+// to moe.experts_per_token of moe.experts SwiGLU experts (group-limited when moe.groups > 1) plus the
+// shared experts; the router's score-correction bias has std kRouterBiasStd, enough to change which
+// experts some tokens get. With q/k norms the outlier channels are put on k_norm (and q_norm divided
+// by the same factor) instead of on k_proj's rows, which the per-head norm would undo.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +36,24 @@ namespace infergate::runtime::model {
 inline constexpr double kLogitStd = 6.0;
 inline constexpr float kOutlierScale = 16.0f;
 
+inline constexpr double kRouterBiasStd = 0.1;
+
+// The routed-expert block of a kGlm4Moe test model (config.json's names in brackets).
+struct TestMoeOptions {
+  int64_t experts = 8;            // n_routed_experts
+  int64_t experts_per_token = 2;  // num_experts_per_tok
+  int64_t groups = 2;             // n_group
+  int64_t topk_groups = 1;        // topk_group
+  int64_t shared_experts = 1;     // n_shared_experts
+  int64_t dense_layers = 1;       // first_k_dense_replace
+  int64_t intermediate = 0;       // moe_intermediate_size; 0: hidden / 2 rounded up to 16
+  double routed_scaling = 2.5;    // routed_scaling_factor
+  bool qk_norm = true;            // use_qk_norm (GLM-4.5 and 4.6; 4.5-Air has none)
+};
+
 struct TestModelOptions {
   std::filesystem::path out;
-  Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm or kGlm4
+  Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm, kGlm4 or kGlm4Moe
   int64_t layers = 2;
   int64_t hidden = 64;
   int64_t heads = 4;
@@ -47,6 +67,7 @@ struct TestModelOptions {
   bool tie_embeddings = false;
   uint64_t max_shard_bytes = 0;  // 0: one model.safetensors; else shards plus an index
   bool force = false;            // replace a non-empty output directory
+  TestMoeOptions moe;            // kGlm4Moe only
 };
 
 // Writes the model into options.out atomically (see staged_dir.h). Errors name the offending option.
