@@ -14,6 +14,15 @@ namespace infergate::kernels {
 Status quantize_weight_row(const MatrixSource& src, const WeightLayout& layout, const WeightBuffers& out,
                            int64_t r, float* x);
 
+// Writes row x (head h, slot t) of one side of a page, quantizing: `data` / `params` are the byte
+// offsets of the side's data and parameter regions (K's or V's; a latent page's only ones).
+// fp8_scale: per-head scales (null: 1.0). Not for kivi keys (per channel, sealed from staging).
+void kv_write_row(const KvPageLayout& l, uint8_t* page, int64_t data, int64_t params, int64_t h, int64_t t,
+                  const float* x, const float* fp8_scale);
+// Reads row (h, t) of one side back as fp32 into y [head_dim].
+void kv_read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64_t params, int64_t h,
+                 int64_t t, float* y);
+
 // Writes token i, KV head h of an (already validated) append: its V row, and its K row or (kivi) its
 // staged key, sealing the page's head h when the slot is the page's last.
 void kv_write_token_head(const KvCache& cache, const KvAppend& a, int64_t i, int64_t h);

@@ -57,7 +57,7 @@ std::vector<float> rotate(const RopeConfig& c, std::vector<float> q, int32_t pos
 }
 
 TEST(Rope, HalfSplitPairsElementIWithElementIPlusHalf) {
-  const RopeConfig c{RopeStyle::kHalfSplit, 4, 4, 10000.0f, {}};
+  const RopeConfig c{RopeStyle::kHalfSplit, 4, 4, 10000.0f, {}, {}};
   // x = e0: rotates within the pair (0, 2) by angle pos * inv_freq[0] = pos.
   const std::vector<float> y = rotate(c, {1, 0, 0, 0}, 1, false);
   EXPECT_NEAR(y[0], std::cos(1.0f), 1e-6f);
@@ -68,7 +68,7 @@ TEST(Rope, HalfSplitPairsElementIWithElementIPlusHalf) {
 
 TEST(Rope, InterleavedPairsAdjacentElementsLikeGlm) {
   // GLM-4: head_dim 8, partial_rotary_factor 0.5 -> rotary_dim 4; pairs (0,1), (2,3); 4..7 untouched.
-  const RopeConfig c{RopeStyle::kInterleaved, 8, 4, 10000.0f, {}};
+  const RopeConfig c{RopeStyle::kInterleaved, 8, 4, 10000.0f, {}, {}};
   std::vector<float> inv;
   ASSERT_TRUE(rope_inv_freq(c, &inv).ok());
   ASSERT_EQ(inv.size(), 2u);
@@ -86,7 +86,7 @@ TEST(Rope, InterleavedPairsAdjacentElementsLikeGlm) {
 TEST(Rope, PositionZeroIsTheIdentityAndRotationKeepsTheNorm) {
   Rng rng(602);
   for (RopeStyle st : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
-    const RopeConfig c{st, 64, 64, 500000.0f, {}};
+    const RopeConfig c{st, 64, 64, 500000.0f, {}, {}};
     std::vector<float> x = rng.normals(64);
     EXPECT_EQ(rotate(c, x, 0, false), x);
     const std::vector<float> y = rotate(c, x, 12345, false);
@@ -100,7 +100,7 @@ TEST(Rope, PositionZeroIsTheIdentityAndRotationKeepsTheNorm) {
 }
 
 TEST(Rope, Llama3ScalingDividesLowFrequenciesAndKeepsHighOnes) {
-  RopeConfig c{RopeStyle::kHalfSplit, 128, 128, 500000.0f, {}};
+  RopeConfig c{RopeStyle::kHalfSplit, 128, 128, 500000.0f, {}, {}};
   std::vector<float> plain, scaled;
   ASSERT_TRUE(rope_inv_freq(c, &plain).ok());
   c.llama3 = {true, 8.0f, 1.0f, 4.0f, 8192};
@@ -133,7 +133,7 @@ TEST(Rope, CpuMatchesTheReferenceForBothStylesAndPartialRotary) {
   SCOPED_TRACE(rng.trace());
   for (RopeStyle st : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
     for (auto [d, r] : {std::pair{128, 128}, std::pair{128, 64}, std::pair{6, 2}}) {
-      const RopeConfig c{st, d, r, 10000.0f, {}};
+      const RopeConfig c{st, d, r, 10000.0f, {}, {}};
       std::vector<float> inv;
       ASSERT_TRUE(rope_inv_freq(c, &inv).ok());
       const int64_t t = 5, hq = 4, hk = 2;
@@ -154,7 +154,7 @@ TEST(Rope, CpuMatchesTheReferenceForBothStylesAndPartialRotary) {
       });
     }
   }
-  const RopeConfig bad{RopeStyle::kHalfSplit, 8, 5, 10000.0f, {}};
+  const RopeConfig bad{RopeStyle::kHalfSplit, 8, 5, 10000.0f, {}, {}};
   std::vector<float> inv;
   EXPECT_FALSE(rope_inv_freq(bad, &inv).ok()) << "odd rotary_dim";
 }

@@ -67,6 +67,19 @@ inline int64_t attention_scratch_floats(int64_t d) {
          2 * dp + 4 * kAttnChunkTokens * groups + 4 * kAttnChunkTokens + 64;
 }
 
+struct MlaJob {
+  const LatentCache* cache = nullptr;
+  const AttentionBatch* batch = nullptr;
+  View3<const float> q;
+  int32_t value_dim = 0;
+  View3<float> out;
+};
+// Floats of scratch one MLA unit of `heads` heads needs for a latent row of head_dim d and value_dim dv.
+inline int64_t mla_scratch_floats(int64_t d, int64_t dv, int64_t heads) {
+  const int64_t dp = (d + 31) / 32 * 32, dvp = (dv + 31) / 32 * 32;
+  return kAttnChunkTokens * dp + heads * dvp + 2 * heads + heads * dp + kAttnChunkTokens + 64;
+}
+
 struct Kernels {
   const char* name;
   int width;  // fp32 lanes
@@ -77,6 +90,8 @@ struct Kernels {
   void (*kv_rows)(const KvPageLayout& l, const uint8_t* page, bool key, int64_t h, int64_t t0, int64_t n,
                   const uint16_t* staged, float* out, int64_t out_stride);
   void (*attention_unit)(const AttnJob& j, const AttnUnit& u, float* scratch);
+  // Query token `row` of sequence `seq`, heads [a0, a1), over latent pages (mla_scratch_floats).
+  void (*mla_unit)(const MlaJob& j, int32_t seq, int64_t row, int64_t a0, int64_t a1, float* scratch);
   void (*rmsnorm_rows)(View2<const float> x, const float* w, float eps, View2<float> y, int64_t r0,
                        int64_t r1);
   void (*silu_mul_rows)(View2<const float> g, View2<const float> u, View2<float> out, int64_t r0, int64_t r1);

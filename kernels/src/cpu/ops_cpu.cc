@@ -7,6 +7,7 @@
 
 #include "cpu_kernels.h"
 #include "infergate/kernels/cpu.h"
+#include "mla.h"
 #include "rows.h"
 #include "thread_pool.h"
 #include "validate.h"
@@ -198,6 +199,47 @@ Status kv_append_cpu(const KvCache& cache, const KvAppend& a) {
   // scale, kivi's per-head window and seal included), and tokens keep their order within a head.
   cpu::pool().run(cache.layout.num_kv_heads, [&](int64_t h) {
     for (int64_t i = 0; i < tokens; ++i) kv_write_token_head(cache, a, i, h);
+  });
+  return ok_status();
+}
+
+Status latent_append_cpu(const LatentCache& cache, View2<const float> rows, const int32_t* page_ids,
+                         const int32_t* slots) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_latent_append(cache, rows, page_ids, slots, "latent_append"));
+  // Rows are independent: each token's row and its parameters are its own bytes (fp8's one scale is
+  // the same value from every writer).
+  parallel_blocks(rows.rows, block_size(rows.rows, 4, 1), [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) latent_write_row(cache, rows.row(i), page_ids[i], slots[i]);
+  });
+  return ok_status();
+}
+
+Status mla_attention_cpu(const LatentCache& cache, const AttentionBatch& batch, View3<const float> q,
+                         int32_t value_dim, View3<float> out) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_mla_attention(cache, batch, q, value_dim, out, "mla_attention"));
+  if (batch.num_seqs == 0) return ok_status();
+  const int64_t tokens = batch.q_start[batch.num_seqs], heads = batch.num_q_heads;
+  // Units: one query token x a block of heads. Every unit dequantizes its token's visible rows once
+  // for all its heads, so heads split only as far as it takes to give every thread work.
+  const int64_t split =
+      std::clamp<int64_t>((2 * cpu_threads() + tokens - 1) / std::max<int64_t>(tokens, 1), 1, heads);
+  const int64_t per = (heads + split - 1) / split;
+  struct Unit {
+    int32_t seq;
+    int64_t row, a0, a1;
+  };
+  std::vector<Unit> units;
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    for (int64_t r = 0; r < batch.q_start[s + 1] - batch.q_start[s]; ++r) {
+      for (int64_t a = 0; a < heads; a += per) units.push_back({s, r, a, std::min(heads, a + per)});
+    }
+  }
+  const cpu::Kernels& k = cpu::active_kernels();
+  cpu::MlaJob job{&cache, &batch, q, value_dim, out};
+  const int64_t scratch = cpu::mla_scratch_floats(cache.layout.head_dim, value_dim, per);
+  cpu::pool().run(static_cast<int64_t>(units.size()), [&](int64_t i) {
+    const Unit& u = units[static_cast<size_t>(i)];
+    k.mla_unit(job, u.seq, u.row, u.a0, u.a1, thread_scratch(scratch).data());
   });
   return ok_status();
 }

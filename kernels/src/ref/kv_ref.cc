@@ -74,9 +74,33 @@ void read_int4_row(const uint8_t* row, const uint8_t* params, int64_t head_dim, 
   }
 }
 
-// Writes row x (head h, slot t) of one side (K or V) of a page. `data`/`params` are the side's regions.
-void write_row(const KvPageLayout& l, uint8_t* page, int64_t data, int64_t params, int64_t h, int64_t t,
-               const float* x, const float* fp8_scale) {
+// Quantizes the staged fp16 keys of head h (all page_size slots) per channel into the page.
+void seal_kivi_keys(const KvPageLayout& l, const KvPageRegions& r, uint8_t* page, const uint16_t* window,
+                    int64_t h) {
+  const int64_t p = l.page_size, d = l.head_dim;
+  const uint16_t* keys = window + h * p * d;  // [page_size][head_dim] fp16
+  std::vector<float> col(static_cast<size_t>(p));
+  for (int64_t t = 0; t < p; ++t) std::memset(page + kv_row_offset(l, r.k_data, h, t), 0, (d + 1) / 2);
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t t = 0; t < p; ++t) col[t] = fp16_to_float(keys[t * d + c]);
+    float lo, hi;
+    finite_range(col.data(), p, 1, &lo, &hi);
+    const KvInt4Params prm = kv_int4_params(lo, hi);
+    uint8_t* pp = page + kv_kivi_param_offset(l, r.k_params, h, c);
+    put_u16(pp, prm.scale);
+    put_u16(pp + 2, prm.min);
+    const float m = fp16_to_float(prm.min), inv = safe_inverse(fp16_to_float(prm.scale));
+    for (int64_t t = 0; t < p; ++t) {
+      uint8_t* row = page + kv_row_offset(l, r.k_data, h, t);
+      row[c >> 1] = static_cast<uint8_t>(row[c >> 1] | (kv_int4_code(col[t], m, inv) << ((c & 1) * 4)));
+    }
+  }
+}
+
+}  // namespace
+
+void kv_write_row(const KvPageLayout& l, uint8_t* page, int64_t data, int64_t params, int64_t h, int64_t t,
+                  const float* x, const float* fp8_scale) {
   const int64_t d = l.head_dim;
   uint8_t* row = page + kv_row_offset(l, data, h, t);
   switch (l.dtype) {
@@ -107,8 +131,8 @@ void write_row(const KvPageLayout& l, uint8_t* page, int64_t data, int64_t param
   }
 }
 
-void read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64_t params, int64_t h, int64_t t,
-              float* y) {
+void kv_read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64_t params, int64_t h,
+                 int64_t t, float* y) {
   const int64_t d = l.head_dim;
   const uint8_t* row = page + kv_row_offset(l, data, h, t);
   switch (l.dtype) {
@@ -133,45 +157,20 @@ void read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64_t 
   }
 }
 
-// Quantizes the staged fp16 keys of head h (all page_size slots) per channel into the page.
-void seal_kivi_keys(const KvPageLayout& l, const KvPageRegions& r, uint8_t* page, const uint16_t* window,
-                    int64_t h) {
-  const int64_t p = l.page_size, d = l.head_dim;
-  const uint16_t* keys = window + h * p * d;  // [page_size][head_dim] fp16
-  std::vector<float> col(static_cast<size_t>(p));
-  for (int64_t t = 0; t < p; ++t) std::memset(page + kv_row_offset(l, r.k_data, h, t), 0, (d + 1) / 2);
-  for (int64_t c = 0; c < d; ++c) {
-    for (int64_t t = 0; t < p; ++t) col[t] = fp16_to_float(keys[t * d + c]);
-    float lo, hi;
-    finite_range(col.data(), p, 1, &lo, &hi);
-    const KvInt4Params prm = kv_int4_params(lo, hi);
-    uint8_t* pp = page + kv_kivi_param_offset(l, r.k_params, h, c);
-    put_u16(pp, prm.scale);
-    put_u16(pp + 2, prm.min);
-    const float m = fp16_to_float(prm.min), inv = safe_inverse(fp16_to_float(prm.scale));
-    for (int64_t t = 0; t < p; ++t) {
-      uint8_t* row = page + kv_row_offset(l, r.k_data, h, t);
-      row[c >> 1] = static_cast<uint8_t>(row[c >> 1] | (kv_int4_code(col[t], m, inv) << ((c & 1) * 4)));
-    }
-  }
-}
-
-}  // namespace
-
 void kv_write_token_head(const KvCache& cache, const KvAppend& a, int64_t i, int64_t h) {
   const KvPageLayout& l = cache.layout;
   const KvPageRegions r = kv_page_regions(l);
   uint8_t* page = cache.page(a.page_ids[i]);
   const int64_t t = a.slots[i];
   const float* k = a.k.at(i, h);
-  write_row(l, page, r.v_data, r.v_params, h, t, a.v.at(i, h), cache.v_scale);
+  kv_write_row(l, page, r.v_data, r.v_params, h, t, a.v.at(i, h), cache.v_scale);
   if (l.dtype == KvDtype::kInt4Kivi) {
     auto* window = reinterpret_cast<uint16_t*>(cache.staging_window(a.staging_ids[i]));
     uint16_t* dst = window + (h * l.page_size + t) * l.head_dim;
     for (int64_t c = 0; c < l.head_dim; ++c) dst[c] = fp16_from_float(k[c]);
     if (t == l.page_size - 1) seal_kivi_keys(l, r, page, window, h);
   } else {
-    write_row(l, page, r.k_data, r.k_params, h, t, k, cache.k_scale);
+    kv_write_row(l, page, r.k_data, r.k_params, h, t, k, cache.k_scale);
   }
 }
 
@@ -215,10 +214,10 @@ Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, i
   const uint8_t* page = cache.page(page_id);
   for (int64_t h = 0; h < l.num_kv_heads; ++h) {
     for (int64_t t = 0; t < filled; ++t) {
-      read_row(l, page, r.v_data, r.v_params, h, t, v.at(h, t));
+      kv_read_row(l, page, r.v_data, r.v_params, h, t, v.at(h, t));
       float* kr = k.at(h, t);
       if (l.dtype != KvDtype::kInt4Kivi) {
-        read_row(l, page, r.k_data, r.k_params, h, t, kr);
+        kv_read_row(l, page, r.k_data, r.k_params, h, t, kr);
       } else if (staged) {
         const auto* window = reinterpret_cast<const uint16_t*>(cache.staging_window(staging_id));
         const uint16_t* src = window + (h * l.page_size + t) * l.head_dim;

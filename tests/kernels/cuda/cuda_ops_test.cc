@@ -488,7 +488,8 @@ TEST_F(CudaOps, KvReadPageGivesTheReferencesBitsForEveryStoredPattern) {
     DeviceBuffer dpage(page), dstage(stage);
     KvCache dc{l, dpage.get<uint8_t>(), 1, dstage.get<uint8_t>(), 1, nullptr, nullptr};
     std::vector<float> rk(static_cast<size_t>(n)), rv(rk.size());
-    ok(kv_read_page_ref(hc, 0, 16, 0, contiguous(rk.data(), 16, 16, 128), contiguous(rv.data(), 16, 16, 128)));
+    ok(kv_read_page_ref(hc, 0, 16, 0, contiguous(rk.data(), 16, 16, 128),
+                        contiguous(rv.data(), 16, 16, 128)));
     DeviceBuffer gk(rk.size() * 4), gv(rv.size() * 4);
     ok(cuda::kv_read_page(dc, 0, 16, 0, contiguous(gk.get<float>(), 16, 16, 128),
                           contiguous(gv.get<float>(), 16, 16, 128), nullptr));
@@ -625,8 +626,8 @@ TEST_F(CudaOps, DecodeAttentionMatchesTheReferenceForEveryShapeAndPipelineDepth)
   for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
     run_attention_case(rng, {dt, 16, 8, 32, 128, {1, 15, 16, 17, 300, 1000, 2049}, {1, 1, 1, 1, 1, 1, 1}, 0},
                        true);
-    run_attention_case(rng, {dt, 32, 2, 24, 64, {700, 33}, {1, 1}, 0}, true);    // GQA 12: two row tiles
-    run_attention_case(rng, {dt, 16, 4, 4, 128, {5000, 64}, {1, 1}, 0}, true);  // no GQA
+    run_attention_case(rng, {dt, 32, 2, 24, 64, {700, 33}, {1, 1}, 0}, true);      // GQA 12: two row tiles
+    run_attention_case(rng, {dt, 16, 4, 4, 128, {5000, 64}, {1, 1}, 0}, true);     // no GQA
     run_attention_case(rng, {dt, 16, 2, 14, 64, {3000, 129}, {1, 1}, 192}, true);  // forced split, GQA 7
   }
   for (int stages : {2, 3, 4, 6, 8}) {
@@ -683,7 +684,7 @@ TEST_F(CudaOps, ElementwiseOpsMatchTheReferences) {
 
   for (RopeStyle st : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
     const RopeConfig c{
-        st, 128, st == RopeStyle::kInterleaved ? 64 : 128, 500000.0f, {true, 8.0f, 1.0f, 4.0f, 8192}};
+        st, 128, st == RopeStyle::kInterleaved ? 64 : 128, 500000.0f, {true, 8.0f, 1.0f, 4.0f, 8192}, {}};
     std::vector<float> inv;
     ok(rope_inv_freq(c, &inv));
     const std::vector<int32_t> pos = {0, 5, 1000, 8191, 100000};

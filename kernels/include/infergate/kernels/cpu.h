@@ -78,6 +78,14 @@ Status kv_append_cpu(const KvCache& cache, const KvAppend& a);
 // Bit-identical to kv_read_page_ref.
 Status kv_read_page_cpu(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
                         View3<float> k, View3<float> v);
+// Bit-identical pages to latent_append_ref (rows written in parallel).
+Status latent_append_cpu(const LatentCache& cache, View2<const float> rows, const int32_t* page_ids,
+                         const int32_t* slots);
+// Absorbed MLA attention (mla_attention_ref's contract): units of one query token x a block of heads;
+// each unit dequantizes its token's visible latent rows 16 at a time once for all its heads and keeps
+// an online softmax per head in fp32.
+Status mla_attention_cpu(const LatentCache& cache, const AttentionBatch& batch, View3<const float> q,
+                         int32_t value_dim, View3<float> out);
 // Paged attention (decode and prefill). Work units are (sequence, KV head, up to 16 query rows,
 // KV range); all query heads of a group share each dequantized K/V tile. Long sequences split
 // their KV range over units (batch.split_tokens, or automatically when there are fewer units than

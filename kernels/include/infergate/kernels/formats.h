@@ -227,6 +227,27 @@ constexpr int64_t kv_staging_bytes(const KvPageLayout& l) {
   return l.dtype == KvDtype::kInt4Kivi ? int64_t{l.num_kv_heads} * l.page_size * l.head_dim * 2 : 0;
 }
 
+// A latent page (multi-head latent attention: DeepSeek-V3, Kimi K2) holds one row per token and no V
+// side: the normalised latent and the roped shared key, one row of head_dim = kv_lora_rank + rope dim
+// with num_kv_heads 1, then the K side's parameters:  data [page_size][row]   params [...]
+// (fp8: one fp32 scale; int8: fp16 d per token; int4: (d, m) per token and 64-group, so with a
+// 512-wide latent the 64 rope values are a group of their own). kInt4Kivi has no latent form.
+constexpr KvPageRegions kv_latent_page_regions(const KvPageLayout& l) {
+  const KvPageRegions full = kv_page_regions(l);
+  KvPageRegions r;
+  r.k_data = 0;
+  r.k_params = full.v_data - full.k_data;  // the aligned data region
+  r.v_data = r.v_params = r.k_params + (full.v_params - full.k_params);
+  r.bytes = r.v_data;
+  return r;
+}
+constexpr int64_t kv_latent_page_bytes(const KvPageLayout& l) { return kv_latent_page_regions(l).bytes; }
+
+// Kimi K2 / DeepSeek-V3: a 576-value row (512 latent + 64 rope) per token.
+static_assert(kv_latent_page_bytes({KvDtype::kF16, 16, 1, 576}) == 18432);
+static_assert(kv_latent_page_bytes({KvDtype::kInt8, 16, 1, 576}) == 9216 + 32);
+static_assert(kv_latent_page_bytes({KvDtype::kInt4, 16, 1, 576}) == 4608 + 576);
+
 // Pinned sizes for a Llama-3-8B-like layer (8 KV heads, head_dim 128) with 16-token pages.
 static_assert(kv_page_bytes({KvDtype::kF16, 16, 8, 128}) == 65536);
 static_assert(kv_page_bytes({KvDtype::kBF16, 16, 8, 128}) == 65536);

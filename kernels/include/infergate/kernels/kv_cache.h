@@ -27,6 +27,17 @@ struct KvCache {
   INFERGATE_HD uint8_t* staging_window(int64_t s) const { return staging + s * kv_staging_bytes(layout); }
 };
 
+// One layer's latent page pool (formats.h, kv_latent_page_regions): layout.num_kv_heads is 1 and
+// layout.head_dim the latent width plus the rope width. Page p is pages + p * kv_latent_page_bytes.
+struct LatentCache {
+  KvPageLayout layout;
+  uint8_t* pages = nullptr;
+  int64_t num_pages = 0;
+  const float* scale = nullptr;  // kFp8E4M3: the one scale (null means 1.0), copied into every page
+
+  INFERGATE_HD uint8_t* page(int64_t p) const { return pages + p * kv_latent_page_bytes(layout); }
+};
+
 // T new tokens to write into the cache, quantizing on the way in.
 // Contract: pages fill in slot order starting at slot 0, and within one call the tokens of one page
 // are contiguous and in slot order (the engine appends each sequence's chunk as one run). For

@@ -42,12 +42,26 @@ struct Llama3RopeScaling {
   int32_t original_max_position = 8192;
 };
 
+// YaRN (DeepSeek-V3, Kimi K2), as transformers' _compute_yarn_parameters: frequencies blend from
+// extrapolated (unchanged) to interpolated (divided by factor) across the dimensions whose number of
+// rotations over original_max_position lies between beta_fast and beta_slow. Its attention factor
+// (the cos/sin multiplier) must be 1, as it is when mscale == mscale_all_dim; the softmax scale's
+// mscale is the caller's.
+struct YarnRopeScaling {
+  bool enabled = false;
+  float factor = 1.0f;
+  int32_t original_max_position = 0;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+};
+
 struct RopeConfig {
   RopeStyle style = RopeStyle::kHalfSplit;
   int32_t head_dim = 0;
   int32_t rotary_dim = 0;  // even, <= head_dim
   float theta = 10000.0f;  // rope_theta
   Llama3RopeScaling llama3;
+  YarnRopeScaling yarn;
 };
 
 }  // namespace infergate::kernels

@@ -61,6 +61,13 @@ Status kv_append_ref(const KvCache& cache, const KvAppend& a);
 Status kv_read_page_ref(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id,
                         View3<float> k, View3<float> v);
 
+// Latent pages (kv_latent_page_regions): writes rows [T, head_dim] (each token's latent and roped key)
+// to their pages and slots, quantizing each row as a K row of the dtype (kInt4Kivi is refused).
+Status latent_append_ref(const LatentCache& cache, View2<const float> rows, const int32_t* page_ids,
+                         const int32_t* slots);
+// The first `filled` rows of page `page_id` as fp32 into out [filled, head_dim].
+Status latent_read_page_ref(const LatentCache& cache, int32_t page_id, int32_t filled, View2<float> out);
+
 // ==== Linear layers =================================================================================
 
 // y [M, N] = x [M, K] @ W[N, K]^T (+ bias [N] when not null), dequantizing W on the fly. The
@@ -105,6 +112,14 @@ struct MoeRouting {
 // Errors: shapes that disagree, a top_k or group split the expert count cannot hold, a non-finite
 // logit (InvalidArgument naming the token).
 Status moe_route_ref(const MoeRouting& routing, View2<const float> logits, int32_t* experts, float* weights);
+
+// Absorbed multi-head latent attention over latent pages: every query head attends to the one cached
+// row per token, K = the whole row [head_dim], V = its first value_dim values (the latent):
+//   out[t, a] = softmax_j(scale q[t, a] . K_j) V_j,  j = 0 .. the token's position (causal, as
+//   attention_ref).
+// q [T, num_q_heads, head_dim], out [T, num_q_heads, value_dim]. batch.staging_ids is unused.
+Status mla_attention_ref(const LatentCache& cache, const AttentionBatch& batch, View3<const float> q,
+                         int32_t value_dim, View3<float> out);
 
 // ==== Element-wise ops (all fp32) =================================================================
 
