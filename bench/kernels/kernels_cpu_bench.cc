@@ -376,6 +376,85 @@ BENCHMARK(BM_Attention)
     ->UseRealTime()
     ->MinTime(0.5);
 
+// Absorbed MLA decode over latent pages (Kimi K2's widths: 64 heads, a 512-wide latent plus a 64-wide
+// rope key per token), 4 sequences of kCtx tokens, one query token each.
+constexpr int64_t kMlaHeads = 64, kMlaLatent = 512, kMlaRow = 576, kMlaSeqs = 4;
+constexpr double kMlaMacs = static_cast<double>(kMlaSeqs) * kMlaHeads * kCtx * (kMlaRow + kMlaLatent);
+
+struct MlaBench {
+  std::vector<uint8_t> pages;
+  LatentCache cache;
+  std::vector<int32_t> q_start, kv_len, block_table;
+  AttentionBatch batch;
+  int64_t pool_bytes = 0;
+};
+const MlaBench& mla_cache(KvDtype dt) {
+  static std::map<int, MlaBench> made;
+  if (auto it = made.find(static_cast<int>(dt)); it != made.end()) return it->second;
+  MlaBench& c = made[static_cast<int>(dt)];
+  const int64_t pages_per_seq = kCtx / kPage, pages = pages_per_seq * kMlaSeqs;
+  c.cache.layout = {dt, static_cast<int32_t>(kPage), 1, static_cast<int32_t>(kMlaRow)};
+  c.pool_bytes = kv_latent_page_bytes(c.cache.layout) * pages;
+  c.pages.assign(static_cast<size_t>(c.pool_bytes), 0);
+  c.cache.pages = c.pages.data();
+  c.cache.num_pages = pages;
+  // Every row written (latent rows of unit RMS, a rope key twice as large).
+  std::vector<float> rows = normals(kPage * kMlaRow, 1.0f);
+  for (int64_t t = 0; t < kPage; ++t) {
+    for (int64_t x = kMlaLatent; x < kMlaRow; ++x) rows[static_cast<size_t>(t * kMlaRow + x)] *= 2.0f;
+  }
+  std::vector<int32_t> ids(kPage), slots(kPage);
+  for (int64_t p = 0; p < pages; ++p) {
+    for (int64_t i = 0; i < kPage; ++i) {
+      ids[static_cast<size_t>(i)] = static_cast<int32_t>(p);
+      slots[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    }
+    if (!latent_append_cpu(c.cache, contiguous<const float>(rows.data(), kPage, kMlaRow), ids.data(),
+                           slots.data())
+             .ok())
+      std::abort();
+  }
+  for (int64_t sq = 0; sq < kMlaSeqs; ++sq) {
+    for (int64_t p = 0; p < pages_per_seq; ++p)
+      c.block_table.push_back(static_cast<int32_t>(p * kMlaSeqs + sq));
+  }
+  for (int s = 0; s <= kMlaSeqs; ++s) c.q_start.push_back(s);
+  c.kv_len.assign(kMlaSeqs, static_cast<int32_t>(kCtx));
+  c.batch.num_seqs = kMlaSeqs;
+  c.batch.num_q_heads = kMlaHeads;
+  c.batch.scale = 0.0721687836f;  // 1 / sqrt(192)
+  c.batch.max_pages_per_seq = static_cast<int32_t>(pages_per_seq);
+  c.batch.q_start = c.q_start.data();
+  c.batch.kv_len = c.kv_len.data();
+  c.batch.block_table = c.block_table.data();
+  return c;
+}
+
+void BM_MlaDecode(benchmark::State& state) {
+  const auto dt = static_cast<KvDtype>(state.range(0));
+  const MlaBench& c = mla_cache(dt);
+  std::vector<float> q = normals(kMlaSeqs * kMlaHeads * kMlaRow, 1.0f),
+                     out(kMlaSeqs * kMlaHeads * kMlaLatent);
+  const double cpu0 = process_cpu_seconds();
+  for (auto _ : state) {
+    Status s = mla_attention_cpu(
+        c.cache, c.batch, contiguous<const float>(q.data(), kMlaSeqs, kMlaHeads, kMlaRow),
+        static_cast<int32_t>(kMlaLatent), contiguous(out.data(), kMlaSeqs, kMlaHeads, kMlaLatent));
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::ClobberMemory();
+  }
+  state.counters["cpu_ms"] = 1e3 * (process_cpu_seconds() - cpu0) / static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * c.pool_bytes);
+  state.SetLabel(std::string(kv_dtype_name(dt)) + " latent, " +
+                 std::to_string(kv_latent_page_bytes(c.cache.layout) / kPage) + " B/token");
+}
+BENCHMARK(BM_MlaDecode)
+    ->Name("mla_decode")
+    ->DenseRange(static_cast<int>(KvDtype::kF16), static_cast<int>(KvDtype::kInt4), 1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.5);
+
 // Collects every run so the summary can print ratios measured in this same process. With
 // --benchmark_repetitions=N the summary uses each benchmark's median (with
 // --benchmark_enable_random_interleaving, the steadiest figure on a shared machine), not the
@@ -399,12 +478,16 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     }
   }
   void print_summary() const {
-    double triad = 0, f16_attn = 0, f16_cpu = 0;
+    double triad = 0, f16_attn = 0, f16_cpu = 0, f16_mla = 0, f16_mla_cpu = 0;
     for (const auto& r : results_) {
       if (r.name.rfind("triad", 0) == 0) triad = r.bytes_per_second;
       if (r.name.rfind("attention_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) {
         f16_attn = r.time;
         f16_cpu = r.cpu_ms;
+      }
+      if (r.name.rfind("mla_decode", 0) == 0 && r.label.rfind("f16 ", 0) == 0) {
+        f16_mla = r.time;
+        f16_mla_cpu = r.cpu_ms;
       }
     }
     std::printf("\nSummary (%s, %d threads): triad %.2f GB/s, fp32 FMA peak %.1f G multiply-adds/s\n",
@@ -425,7 +508,21 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         }
         if (f16_cpu > 0 && r.cpu_ms > 0) std::printf(" %13.2fx", f16_cpu / r.cpu_ms);
       }
+      if (r.name.rfind("mla_decode", 0) == 0 && f16_mla > 0) {  // vs the fp16 latent cache
+        std::printf(" %11.2fx", f16_mla / r.time);
+        if (fma_peak_ > 0) std::printf(" %11.0f%%", 100.0 * kMlaMacs / (r.time * 1e-3) / fma_peak_);
+        if (f16_mla_cpu > 0 && r.cpu_ms > 0) std::printf(" %13.2fx", f16_mla_cpu / r.cpu_ms);
+      }
       std::printf("\n");
+    }
+    // Capacity of the latent cache (Kimi K2 / DeepSeek-V3's 576-value row), scales included: the bytes
+    // the engine allocates and the planner predicts (tested equal).
+    std::printf("\nlatent cache, 576-value row, 16-token pages: tokens per GiB of cache per layer\n");
+    const double f16_page = static_cast<double>(kv_latent_page_bytes({KvDtype::kF16, 16, 1, 576}));
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
+      const double page = static_cast<double>(kv_latent_page_bytes({dt, 16, 1, 576}));
+      std::printf("  %-9s %8.1f B/token %12.0f tokens/GiB %6.2fx fp16\n", kv_dtype_name(dt), page / 16,
+                  16.0 * 1073741824.0 / page, f16_page / page);
     }
   }
 

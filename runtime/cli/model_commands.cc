@@ -42,9 +42,11 @@ const bool kMakeTestModel = register_command(
        auto dtype = std::make_shared<std::string>("f16");
        app.add_option("--out", o->out, "output directory (created; must be empty unless --force)")
            ->required();
-       app.add_option("--arch", *arch, "llama, qwen2, glm, glm4 or glm4_moe (GLM-4.5's routed experts)")
+       app.add_option("--arch", *arch,
+                      "llama, qwen2, glm, glm4, glm4_moe (GLM-4.5's routed experts), deepseek_v3 or kimi_k2 "
+                      "(multi-head latent attention over the same experts)")
            ->required()
-           ->check(CLI::IsMember({"llama", "qwen2", "glm", "glm4", "glm4_moe"}));
+           ->check(CLI::IsMember({"llama", "qwen2", "glm", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2"}));
        app.add_option("--layers", o->layers, "decoder layers")->capture_default_str();
        app.add_option("--hidden", o->hidden, "hidden size")->capture_default_str();
        app.add_option("--heads", o->heads, "attention heads")->capture_default_str();
@@ -84,14 +86,28 @@ const bool kMakeTestModel = register_command(
        app.add_option("--routed-scaling", moe.routed_scaling, "glm4_moe: routed_scaling_factor")
            ->capture_default_str();
        app.add_flag("!--no-qk-norm", moe.qk_norm, "glm4_moe: no per-head q/k norms (as GLM-4.5-Air)");
+       m::TestMlaOptions& mla = o->mla;
+       app.add_option("--q-lora-rank", mla.q_lora_rank,
+                      "deepseek_v3: low-rank query width (0: a plain q_proj)")
+           ->capture_default_str();
+       app.add_option("--kv-lora-rank", mla.kv_lora_rank, "deepseek_v3: the cached latent's width")
+           ->capture_default_str();
+       app.add_option("--qk-nope-head-dim", mla.qk_nope_head_dim,
+                      "deepseek_v3: per-head key width without rope")
+           ->capture_default_str();
+       app.add_option("--qk-rope-head-dim", mla.qk_rope_head_dim, "deepseek_v3: the shared rope key's width")
+           ->capture_default_str();
+       app.add_option("--v-head-dim", mla.v_head_dim, "deepseek_v3: per-head value width")
+           ->capture_default_str();
+       app.add_flag("!--no-yarn", mla.yarn, "deepseek_v3: plain rope instead of YaRN");
        return [o, arch, dtype]() {
          static const std::map<std::string, m::Architecture> archs = {
-             {"llama", m::Architecture::kLlama},
-             {"qwen2", m::Architecture::kQwen2},
-             {"glm", m::Architecture::kGlm},
-             {"glm4", m::Architecture::kGlm4},
-             {"glm4_moe", m::Architecture::kGlm4Moe}};
+             {"llama", m::Architecture::kLlama},       {"qwen2", m::Architecture::kQwen2},
+             {"glm", m::Architecture::kGlm},           {"glm4", m::Architecture::kGlm4},
+             {"glm4_moe", m::Architecture::kGlm4Moe},  {"deepseek_v3", m::Architecture::kDeepseekV3},
+             {"kimi_k2", m::Architecture::kDeepseekV3}};
          o->arch = archs.at(*arch);
+         o->mla.kimi = *arch == "kimi_k2";
          o->dtype = *dtype == "f16" ? m::DType::kF16 : *dtype == "bf16" ? m::DType::kBF16 : m::DType::kF32;
          Status s = m::make_test_model(*o);
          if (!s.ok()) return fail("make-test-model", s.error());

@@ -37,7 +37,7 @@ Error cuda_error(cudaError_t e, std::string_view what) {
       .with_reason("CudaError");
 }
 
-Error kernel_error(const k::Status& s, std::string_view what) {
+Error cuda_kernel_error(const k::Status& s, std::string_view what) {
   const std::string msg = std::string(what) + ": " + s.to_string();
   switch (s.code()) {
     case k::StatusCode::kInvalidArgument: return invalid_argument(msg);
@@ -56,10 +56,10 @@ Error kernel_error(const k::Status& s, std::string_view what) {
     if (cb_e_ != cudaSuccess) return cuda_error(cb_e_, what); \
   } while (0)
 
-#define CB_K(expr, what)                               \
-  do {                                                 \
-    ::infergate::kernels::Status cb_k_ = (expr);       \
-    if (!cb_k_.ok()) return kernel_error(cb_k_, what); \
+#define CB_K(expr, what)                                    \
+  do {                                                      \
+    ::infergate::kernels::Status cb_k_ = (expr);            \
+    if (!cb_k_.ok()) return cuda_kernel_error(cb_k_, what); \
   } while (0)
 
 std::string gib(int64_t bytes) {

@@ -23,6 +23,16 @@ Status check_spec(const KvSpec& s) {
     kernels::Status ks = kernels::validate_kv_layout({*kd, s.block_tokens, s.num_kv_heads, s.head_dim});
     if (!ks.ok()) return invalid_argument("KV spec: " + ks.to_string());
   }
+  if (s.latent && s.dtype == KvCacheDtype::kInt4Kivi) {
+    return invalid_argument(
+               "--kv-cache-dtype int4-kivi has no latent form (multi-head latent attention caches one row "
+               "per "
+               "token; int4 keeps per-token groups of 64)")
+        .with_reason("UnsupportedCombination")
+        .with_detail("kv_cache_dtype", "int4-kivi");
+  }
+  if (s.latent && s.num_kv_heads != 1)
+    return invalid_argument("KV spec: a latent cache has one row per token");
   return ok_status();
 }
 
@@ -37,11 +47,11 @@ Result<KvBytes> kv_bytes(const KvSpec& s) {
   KvBytes b;
   if (auto kd = kernel_kv_dtype(s.dtype)) {
     const kernels::KvPageLayout l{*kd, s.block_tokens, s.num_kv_heads, s.head_dim};
-    b.page_bytes = kernels::kv_page_bytes(l);
+    b.page_bytes = s.latent ? kernels::kv_latent_page_bytes(l) : kernels::kv_page_bytes(l);
     b.staging_bytes = kernels::kv_staging_bytes(l) * s.num_layers;
   } else {
-    // fp32 reference cache: K and V rows of fp32, no scales.
-    b.page_bytes = int64_t{2} * s.num_kv_heads * s.block_tokens * s.head_dim * 4;
+    // fp32 reference cache: K and V rows of fp32 (a latent cache: its one row), no scales.
+    b.page_bytes = int64_t{s.latent ? 1 : 2} * s.num_kv_heads * s.block_tokens * s.head_dim * 4;
   }
   b.block_bytes = b.page_bytes * s.num_layers;
   return b;

@@ -16,25 +16,6 @@
 
 namespace infergate::runtime::engine {
 
-// The op table: optimised CPU kernels, or the scalar references.
-struct Ops {
-  kernels::Status (*linear)(kernels::View2<const float>, const kernels::WeightView&, const float*,
-                            kernels::View2<float>);
-  // Several products of one x (q/k/v, gate/up) at once.
-  kernels::Status (*linear_multi)(kernels::View2<const float>, const kernels::LinearOutput*, int64_t);
-  // Products with their own inputs (a MoE layer's experts) at once.
-  kernels::Status (*linear_grouped)(const kernels::LinearProduct*, int64_t);
-  kernels::Status (*rmsnorm)(kernels::View2<const float>, const float*, float, kernels::View2<float>);
-  kernels::Status (*rope)(const kernels::RopeConfig&, const float*, const int32_t*, kernels::View3<float>,
-                          kernels::View3<float>);
-  kernels::Status (*silu_mul)(kernels::View2<const float>, kernels::View2<const float>,
-                              kernels::View2<float>);
-  kernels::Status (*add)(kernels::View2<const float>, kernels::View2<const float>, kernels::View2<float>);
-  kernels::Status (*embedding)(const kernels::MatrixSource&, const int32_t*, int64_t, kernels::View2<float>);
-  kernels::Status (*kv_append)(const kernels::KvCache&, const kernels::KvAppend&);
-  kernels::Status (*attention)(const kernels::KvCache&, const kernels::AttentionBatch&,
-                               kernels::View3<const float>, kernels::View3<float>);
-};
 // The references have no multi-product op: one linear_ref per output.
 static kernels::Status linear_multi_ref(kernels::View2<const float> x, const kernels::LinearOutput* outs,
                                         int64_t count) {
@@ -51,33 +32,19 @@ static kernels::Status linear_grouped_ref(const kernels::LinearProduct* products
   }
   return kernels::ok_status();
 }
-constexpr Ops kCpuOps{kernels::linear_cpu,   kernels::linear_multi_cpu, kernels::linear_grouped_cpu,
-                      kernels::rmsnorm_cpu,  kernels::rope_cpu,         kernels::silu_mul_cpu,
-                      kernels::add_cpu,      kernels::embedding_cpu,    kernels::kv_append_cpu,
-                      kernels::attention_cpu};
-constexpr Ops kRefOps{kernels::linear_ref,   linear_multi_ref,       linear_grouped_ref,
-                      kernels::rmsnorm_ref,  kernels::rope_ref,      kernels::silu_mul_ref,
-                      kernels::add_ref,      kernels::embedding_ref, kernels::kv_append_ref,
-                      kernels::attention_ref};
+constexpr Ops kCpuOps{kernels::linear_cpu,    kernels::linear_multi_cpu,  kernels::linear_grouped_cpu,
+                      kernels::rmsnorm_cpu,   kernels::rope_cpu,          kernels::silu_mul_cpu,
+                      kernels::add_cpu,       kernels::embedding_cpu,     kernels::kv_append_cpu,
+                      kernels::attention_cpu, kernels::latent_append_cpu, kernels::mla_attention_cpu};
+constexpr Ops kRefOps{kernels::linear_ref,    linear_multi_ref,           linear_grouped_ref,
+                      kernels::rmsnorm_ref,   kernels::rope_ref,          kernels::silu_mul_ref,
+                      kernels::add_ref,       kernels::embedding_ref,     kernels::kv_append_ref,
+                      kernels::attention_ref, kernels::latent_append_ref, kernels::mla_attention_ref};
 
 namespace {
 
 namespace k = infergate::kernels;
 namespace m = infergate::runtime::model;
-
-Error kernel_error(const k::Status& s, std::string_view what) {
-  ErrorCode code = ErrorCode::kInternal;
-  if (s.code() == k::StatusCode::kInvalidArgument) code = ErrorCode::kInvalidArgument;
-  if (s.code() == k::StatusCode::kOutOfRange) code = ErrorCode::kOutOfRange;
-  if (s.code() == k::StatusCode::kUnsupported) code = ErrorCode::kUnimplemented;
-  return Error(code, std::string(what) + ": " + s.to_string());
-}
-
-#define ENGINE_K(expr, what)                                       \
-  do {                                                             \
-    ::infergate::kernels::Status engine_k_s_ = (expr);             \
-    if (!engine_k_s_.ok()) return kernel_error(engine_k_s_, what); \
-  } while (0)
 
 k::SourceDtype source_dtype(m::DType d) {
   return d == m::DType::kF16    ? k::SourceDtype::kF16
@@ -397,11 +364,7 @@ Result<CpuBackend::Moe> CpuBackend::load_moe(const std::string& p) {
 
 Status CpuBackend::load() {
   const m::ModelConfig& c = model_->config();
-  if (!m::engine_runs_architecture(c.architecture) || c.mla) {
-    return unimplemented("architecture " + std::string(m::architecture_name(c.architecture)) +
-                         " is not one the engine runs (Llama, Mistral, Qwen2, GLM, GLM-4, GLM-4.5 MoE)")
-        .with_reason("UnsupportedArchitecture");
-  }
+
   if (c.hidden_act != "silu") {
     return unimplemented("hidden_act \"" + c.hidden_act + "\" is not supported (silu only)")
         .with_reason("UnsupportedArchitecture");
@@ -419,11 +382,7 @@ Status CpuBackend::load() {
           .with_detail("field", "topk_method");
     }
   }
-  if (c.rope_scaling.type != m::RopeType::kDefault && c.rope_scaling.type != m::RopeType::kLlama3) {
-    return unimplemented("rope_scaling type " + std::string(m::rope_type_name(c.rope_scaling.type)) +
-                         " is not supported (default and llama3 are)")
-        .with_reason("UnsupportedRopeScaling");
-  }
+  INFERGATE_RETURN_IF_ERROR(check_rope_scaling(c));
   // Which checkpoint formats can be served as which weight formats.
   const m::WeightFormat stored = model_->weight_format();
   const WeightFormat want = options_.weight_format;
@@ -457,14 +416,29 @@ Status CpuBackend::load() {
   shape_.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
   shape_.head_dim = static_cast<int32_t>(c.head_dim);
   shape_.max_position = c.max_position_embeddings;
+  attention_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.mla) {  // the cache holds one row per token: the latent and the shared rope key
+    shape_.num_kv_heads = 1;
+    shape_.head_dim = static_cast<int32_t>(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim);
+    shape_.latent_kv = true;
+    attention_scale_ = mla_softmax_scale(c);
+  }
   eps_ = static_cast<float>(c.rms_norm_eps);
   const int64_t H = c.hidden_size, I = c.intermediate_size;
 
   rope_.style =
       c.rope_layout == m::RopeLayout::kInterleaved ? k::RopeStyle::kInterleaved : k::RopeStyle::kHalfSplit;
-  rope_.head_dim = static_cast<int32_t>(c.head_dim);
+  // MLA rotates only the rope part of each query head and the shared rope key, as heads of their own.
+  rope_.head_dim = static_cast<int32_t>(c.mla ? c.mla->qk_rope_head_dim : c.head_dim);
   rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim);
   rope_.theta = static_cast<float>(c.rope_theta);
+  if (c.rope_scaling.type == m::RopeType::kYarn) {
+    rope_.yarn.enabled = true;
+    rope_.yarn.factor = static_cast<float>(c.rope_scaling.factor);
+    rope_.yarn.original_max_position = static_cast<int32_t>(c.rope_scaling.original_max_position_embeddings);
+    rope_.yarn.beta_fast = static_cast<float>(c.rope_scaling.beta_fast);
+    rope_.yarn.beta_slow = static_cast<float>(c.rope_scaling.beta_slow);
+  }
   if (c.rope_scaling.type == m::RopeType::kLlama3) {
     rope_.llama3.enabled = true;
     rope_.llama3.factor = static_cast<float>(c.rope_scaling.factor);
@@ -504,11 +478,17 @@ Status CpuBackend::load() {
                                           L.post_self_attn_norm.size() + L.post_mlp_norm.size() +
                                           L.q_norm.size() + L.k_norm.size()) *
                      4;
-    INFERGATE_ASSIGN_OR_RETURN(L.q, load_linear(p + "self_attn.q_proj.weight", c.q_dim(), H, c.qkv_bias));
-    INFERGATE_ASSIGN_OR_RETURN(L.k, load_linear(p + "self_attn.k_proj.weight", c.kv_dim(), H, c.qkv_bias));
-    INFERGATE_ASSIGN_OR_RETURN(L.v, load_linear(p + "self_attn.v_proj.weight", c.kv_dim(), H, c.qkv_bias));
-    INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H, c.q_dim(), c.o_bias));
-    if (options_.smooth_keys) INFERGATE_RETURN_IF_ERROR(smooth_keys(L, p));
+    if (c.mla) {
+      INFERGATE_ASSIGN_OR_RETURN(L.mla, load_mla(p));
+      INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H,
+                                                  c.num_attention_heads * c.mla->v_head_dim, false));
+    } else {
+      INFERGATE_ASSIGN_OR_RETURN(L.q, load_linear(p + "self_attn.q_proj.weight", c.q_dim(), H, c.qkv_bias));
+      INFERGATE_ASSIGN_OR_RETURN(L.k, load_linear(p + "self_attn.k_proj.weight", c.kv_dim(), H, c.qkv_bias));
+      INFERGATE_ASSIGN_OR_RETURN(L.v, load_linear(p + "self_attn.v_proj.weight", c.kv_dim(), H, c.qkv_bias));
+      INFERGATE_ASSIGN_OR_RETURN(L.o, load_linear(p + "self_attn.o_proj.weight", H, c.q_dim(), c.o_bias));
+      if (options_.smooth_keys) INFERGATE_RETURN_IF_ERROR(smooth_keys(L, p));
+    }
     L.fused = c.fused_gate_up;
     if (c.moe && c.moe->is_moe_layer(i)) {
       INFERGATE_ASSIGN_OR_RETURN(L.moe, load_moe(p));
@@ -541,8 +521,14 @@ Status CpuBackend::load() {
 
 Status CpuBackend::allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t max_sequences) {
   if (spec.num_layers != shape_.num_layers || spec.num_kv_heads != shape_.num_kv_heads ||
-      spec.head_dim != shape_.head_dim || spec.block_tokens != kBlockTokens) {
-    return invalid_argument("KV spec does not match the model (layers, KV heads, head_dim, 16-token blocks)");
+      spec.head_dim != shape_.head_dim || spec.block_tokens != kBlockTokens ||
+      spec.latent != shape_.latent_kv) {
+    return invalid_argument(
+        "KV spec does not match the model (layers, KV heads, head_dim, 16-token blocks, latent or not)");
+  }
+  if (spec.latent) {
+    max_sequences_ = max_sequences;
+    return allocate_latent(spec, num_blocks);
   }
   INFERGATE_ASSIGN_OR_RETURN(KvBytes b, engine::kv_bytes(spec));
   INFERGATE_ASSIGN_OR_RETURN(int64_t total, kv_pool_bytes(spec, num_blocks, max_sequences));
@@ -579,22 +565,27 @@ Status CpuBackend::allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t m
 }
 
 Status CpuBackend::linear(const Linear& l, const float* x, int64_t t, float* y) {
+  return linear_strided(l, x, l.cols, t, y, l.rows);
+}
+
+Status CpuBackend::linear_strided(const Linear& l, const float* x, int64_t x_stride, int64_t t, float* y,
+                                  int64_t y_stride) {
   if (l.f32) {
     // fp32 reference weights: y = x W^T + b, fp32 products summed in double.
     for (int64_t r = 0; r < t; ++r) {
-      const float* xr = x + r * l.cols;
+      const float* xr = x + r * x_stride;
       for (int64_t n = 0; n < l.rows; ++n) {
         const float* w = l.f32 + n * l.cols;
         double s = 0;
         for (int64_t c = 0; c < l.cols; ++c) s += static_cast<double>(xr[c]) * w[c];
         if (!l.bias.empty()) s += l.bias[static_cast<size_t>(n)];
-        y[r * l.rows + n] = static_cast<float>(s);
+        y[r * y_stride + n] = static_cast<float>(s);
       }
     }
     return ok_status();
   }
-  ENGINE_K(ops_->linear(k::contiguous<const float>(x, t, l.cols), l.view,
-                        l.bias.empty() ? nullptr : l.bias.data(), k::contiguous(y, t, l.rows)),
+  ENGINE_K(ops_->linear(k::View2<const float>{x, t, l.cols, x_stride}, l.view,
+                        l.bias.empty() ? nullptr : l.bias.data(), k::View2<float>{y, t, l.rows, y_stride}),
            "linear");
   return ok_status();
 }
@@ -697,19 +688,22 @@ Status CpuBackend::mlp(const Layer& L, const float* h, int64_t t, float* y) {
 }
 
 Status CpuBackend::grouped(std::span<const Product> products) {
+  auto xs = [](const Product& p) { return p.x_stride ? p.x_stride : p.l->cols; };
+  auto ys = [](const Product& p) { return p.y_stride ? p.y_stride : p.l->rows; };
   bool all_kernels = true;
   for (const Product& p : products) all_kernels = all_kernels && p.l->f32 == nullptr;
   if (!all_kernels) {
-    for (const Product& p : products) INFERGATE_RETURN_IF_ERROR(linear(*p.l, p.x, p.rows, p.y));
+    for (const Product& p : products)
+      INFERGATE_RETURN_IF_ERROR(linear_strided(*p.l, p.x, xs(p), p.rows, p.y, ys(p)));
     return ok_status();
   }
   grouped_.clear();
   for (const Product& p : products) {
-    grouped_.push_back({k::contiguous<const float>(p.x, p.rows, p.l->cols), p.l->view,
+    grouped_.push_back({k::View2<const float>{p.x, p.rows, p.l->cols, xs(p)}, p.l->view,
                         p.l->bias.empty() ? nullptr : p.l->bias.data(),
-                        k::contiguous(p.y, p.rows, p.l->rows)});
+                        k::View2<float>{p.y, p.rows, p.l->rows, ys(p)}});
   }
-  ENGINE_K(ops_->linear_grouped(grouped_.data(), static_cast<int64_t>(grouped_.size())), "expert linear");
+  ENGINE_K(ops_->linear_grouped(grouped_.data(), static_cast<int64_t>(grouped_.size())), "grouped linear");
   return ok_status();
 }
 
@@ -830,108 +824,126 @@ Status validate_sequence_input(const SequenceInput& in, int32_t s, const ModelSh
   return ok_status();
 }
 
-Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* out) {
-  if (caches_.empty()) return failed_precondition("forward before allocate_kv");
-  if (batch.empty()) return invalid_argument("forward: empty batch");
-  const int64_t H = shape_.hidden, Hq = shape_.num_heads, Hk = shape_.num_kv_heads, D = shape_.head_dim;
-  const int64_t qd = Hq * D, kvd = Hk * D;
+Status CpuBackend::plan_step(std::span<const SequenceInput> batch, Step* st) {
   const int32_t S = static_cast<int32_t>(batch.size());
-  // ---- the batch's bookkeeping ----
-  std::vector<int32_t> q_start(static_cast<size_t>(S) + 1, 0), kv_len(static_cast<size_t>(S));
-  std::vector<int32_t> staging(static_cast<size_t>(S));
-  int32_t max_pages = 1;
-  int64_t rows_out = 0;
+  st->batch = batch;
+  st->q_start.assign(static_cast<size_t>(S) + 1, 0);
+  st->kv_len.assign(static_cast<size_t>(S), 0);
+  st->staging.assign(static_cast<size_t>(S), 0);
+  st->max_pages = 1;
+  st->rows_out = 0;
   for (int32_t s = 0; s < S; ++s) {
     const SequenceInput& in = batch[static_cast<size_t>(s)];
     INFERGATE_RETURN_IF_ERROR(validate_sequence_input(in, s, shape_, num_blocks_, max_sequences_));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
     const int64_t end = in.start_position + n;
-    q_start[static_cast<size_t>(s) + 1] = q_start[static_cast<size_t>(s)] + static_cast<int32_t>(n);
-    kv_len[static_cast<size_t>(s)] = static_cast<int32_t>(end);
-    staging[static_cast<size_t>(s)] = in.slot;
-    max_pages = std::max<int32_t>(max_pages, static_cast<int32_t>(blocks_for_tokens(end)));
-    rows_out += in.logits == LogitsWanted::kAll ? n : in.logits == LogitsWanted::kLast ? 1 : 0;
+    st->q_start[static_cast<size_t>(s) + 1] = st->q_start[static_cast<size_t>(s)] + static_cast<int32_t>(n);
+    st->kv_len[static_cast<size_t>(s)] = static_cast<int32_t>(end);
+    st->staging[static_cast<size_t>(s)] = in.slot;
+    st->max_pages = std::max<int32_t>(st->max_pages, static_cast<int32_t>(blocks_for_tokens(end)));
+    st->rows_out += in.logits == LogitsWanted::kAll ? n : in.logits == LogitsWanted::kLast ? 1 : 0;
   }
-  const int64_t T = q_start[static_cast<size_t>(S)];
-  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
-      page_ids(static_cast<size_t>(T)), slots(static_cast<size_t>(T)), tok_staging(static_cast<size_t>(T));
-  std::vector<int32_t> table(static_cast<size_t>(S) * static_cast<size_t>(max_pages), 0);
+  const int64_t T = st->q_start[static_cast<size_t>(S)];
+  st->tokens = T;
+  st->ids.assign(static_cast<size_t>(T), 0);
+  st->pos.assign(static_cast<size_t>(T), 0);
+  st->page_ids.assign(static_cast<size_t>(T), 0);
+  st->slots.assign(static_cast<size_t>(T), 0);
+  st->tok_staging.assign(static_cast<size_t>(T), 0);
+  st->table.assign(static_cast<size_t>(S) * static_cast<size_t>(st->max_pages), 0);
   for (int32_t s = 0; s < S; ++s) {
     const SequenceInput& in = batch[static_cast<size_t>(s)];
     for (int64_t i = 0; i < static_cast<int64_t>(in.tokens.size()); ++i) {
-      const size_t r = static_cast<size_t>(q_start[static_cast<size_t>(s)] + i);
+      const size_t r = static_cast<size_t>(st->q_start[static_cast<size_t>(s)] + i);
       const int64_t p = in.start_position + i;
-      ids[r] = in.tokens[static_cast<size_t>(i)];
-      pos[r] = static_cast<int32_t>(p);
-      page_ids[r] = in.block_table[static_cast<size_t>(p / kBlockTokens)];
-      slots[r] = static_cast<int32_t>(p % kBlockTokens);
-      tok_staging[r] = in.slot;
+      st->ids[r] = in.tokens[static_cast<size_t>(i)];
+      st->pos[r] = static_cast<int32_t>(p);
+      st->page_ids[r] = in.block_table[static_cast<size_t>(p / kBlockTokens)];
+      st->slots[r] = static_cast<int32_t>(p % kBlockTokens);
+      st->tok_staging[r] = in.slot;
     }
-    const int64_t np = blocks_for_tokens(kv_len[static_cast<size_t>(s)]);
+    const int64_t np = blocks_for_tokens(st->kv_len[static_cast<size_t>(s)]);
     for (int64_t i = 0; i < np; ++i) {
-      table[static_cast<size_t>(s) * static_cast<size_t>(max_pages) + static_cast<size_t>(i)] =
+      st->table[static_cast<size_t>(s) * static_cast<size_t>(st->max_pages) + static_cast<size_t>(i)] =
           in.block_table[static_cast<size_t>(i)];
     }
   }
+  k::AttentionBatch& ab = st->attention;
+  ab.num_seqs = S;
+  ab.num_q_heads = shape_.num_heads;
+  ab.scale = attention_scale_;
+  ab.q_start = st->q_start.data();
+  ab.kv_len = st->kv_len.data();
+  ab.block_table = st->table.data();
+  ab.max_pages_per_seq = st->max_pages;
+  ab.staging_ids = st->staging.data();
+  return ok_status();
+}
+
+Status CpuBackend::gqa_attention(const Layer& L, int32_t layer, const Step& st) {
+  const int64_t T = st.tokens, Hq = shape_.num_heads, Hk = shape_.num_kv_heads, D = shape_.head_dim;
+  q_.resize(static_cast<size_t>(T * Hq * D));
+  k_.resize(static_cast<size_t>(T * Hk * D));
+  v_.resize(static_cast<size_t>(T * Hk * D));
+  attn_.resize(static_cast<size_t>(T * Hq * D));
+  INFERGATE_RETURN_IF_ERROR(linears(h_.data(), T, {{&L.q, q_.data()}, {&L.k, k_.data()}, {&L.v, v_.data()}}));
+  if (!L.q_norm.empty()) {  // GLM-4.5: RMSNorm over each head of q and of k, before RoPE
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(q_.data(), T * Hq, D), L.q_norm.data(), eps_,
+                           k::contiguous(q_.data(), T * Hq, D)),
+             "q_norm");
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(k_.data(), T * Hk, D), L.k_norm.data(), eps_,
+                           k::contiguous(k_.data(), T * Hk, D)),
+             "k_norm");
+  }
+  ENGINE_K(ops_->rope(rope_, inv_freq_.data(), st.pos.data(), k::contiguous(q_.data(), T, Hq, D),
+                      k::contiguous(k_.data(), T, Hk, D)),
+           "rope");
+  if (kv_spec_.dtype == KvCacheDtype::kF32) {
+    INFERGATE_RETURN_IF_ERROR(
+        kv_write_f32(layer, k_.data(), v_.data(), T, st.page_ids.data(), st.slots.data()));
+    attention_f32(layer, st.batch, st.q_start, q_.data(), attn_.data());
+  } else {
+    k::KvAppend app;
+    app.k = k::contiguous<const float>(k_.data(), T, Hk, D);
+    app.v = k::contiguous<const float>(v_.data(), T, Hk, D);
+    app.page_ids = st.page_ids.data();
+    app.slots = st.slots.data();
+    app.staging_ids = st.tok_staging.data();
+    ENGINE_K(ops_->kv_append(caches_[static_cast<size_t>(layer)], app), "kv_append");
+    ENGINE_K(ops_->attention(caches_[static_cast<size_t>(layer)], st.attention,
+                             k::contiguous<const float>(q_.data(), T, Hq, D),
+                             k::contiguous(attn_.data(), T, Hq, D)),
+             "attention");
+  }
+  return linear(L.o, attn_.data(), T, h_.data());
+}
+
+Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* out) {
+  if (caches_.empty() && latent_caches_.empty() && kv_pages_.empty())
+    return failed_precondition("forward before allocate_kv");
+  if (batch.empty()) return invalid_argument("forward: empty batch");
+  const int64_t H = shape_.hidden;
+  const int32_t S = static_cast<int32_t>(batch.size());
+  INFERGATE_RETURN_IF_ERROR(plan_step(batch, &step_));
+  const Step& st = step_;
+  const int64_t T = st.tokens;
   // ---- workspaces ----
   const int64_t I = mlp_width_;
   x_.resize(static_cast<size_t>(T * H));
   mlp_out_.resize(static_cast<size_t>(T * H));
   h_.resize(static_cast<size_t>(T * H));
-  q_.resize(static_cast<size_t>(T * qd));
-  k_.resize(static_cast<size_t>(T * kvd));
-  v_.resize(static_cast<size_t>(T * kvd));
-  attn_.resize(static_cast<size_t>(T * qd));
   mlp_.resize(static_cast<size_t>(T * 2 * I));
   act_.resize(static_cast<size_t>(T * I));
 
-  ENGINE_K(ops_->embedding(embed_, ids.data(), T, k::contiguous(x_.data(), T, H)), "embedding");
-  k::AttentionBatch ab;
-  ab.num_seqs = S;
-  ab.num_q_heads = static_cast<int32_t>(Hq);
-  ab.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ab.q_start = q_start.data();
-  ab.kv_len = kv_len.data();
-  ab.block_table = table.data();
-  ab.max_pages_per_seq = max_pages;
-  ab.staging_ids = staging.data();
-  const bool f32_kv = kv_spec_.dtype == KvCacheDtype::kF32;
-
+  ENGINE_K(ops_->embedding(embed_, st.ids.data(), T, k::contiguous(x_.data(), T, H)), "embedding");
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     const int32_t layer = static_cast<int32_t>(li);
     ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(x_.data(), T, H), L.input_norm.data(), eps_,
                            k::contiguous(h_.data(), T, H)),
              "input_layernorm");
-    INFERGATE_RETURN_IF_ERROR(
-        linears(h_.data(), T, {{&L.q, q_.data()}, {&L.k, k_.data()}, {&L.v, v_.data()}}));
-    if (!L.q_norm.empty()) {  // GLM-4.5: RMSNorm over each head of q and of k, before RoPE
-      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(q_.data(), T * Hq, D), L.q_norm.data(), eps_,
-                             k::contiguous(q_.data(), T * Hq, D)),
-               "q_norm");
-      ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(k_.data(), T * Hk, D), L.k_norm.data(), eps_,
-                             k::contiguous(k_.data(), T * Hk, D)),
-               "k_norm");
-    }
-    ENGINE_K(ops_->rope(rope_, inv_freq_.data(), pos.data(), k::contiguous(q_.data(), T, Hq, D),
-                        k::contiguous(k_.data(), T, Hk, D)),
-             "rope");
-    if (f32_kv) {
-      INFERGATE_RETURN_IF_ERROR(kv_write_f32(layer, k_.data(), v_.data(), T, page_ids.data(), slots.data()));
-      attention_f32(layer, batch, q_start, q_.data(), attn_.data());
-    } else {
-      k::KvAppend app;
-      app.k = k::contiguous<const float>(k_.data(), T, Hk, D);
-      app.v = k::contiguous<const float>(v_.data(), T, Hk, D);
-      app.page_ids = page_ids.data();
-      app.slots = slots.data();
-      app.staging_ids = tok_staging.data();
-      ENGINE_K(ops_->kv_append(caches_[li], app), "kv_append");
-      ENGINE_K(ops_->attention(caches_[li], ab, k::contiguous<const float>(q_.data(), T, Hq, D),
-                               k::contiguous(attn_.data(), T, Hq, D)),
-               "attention");
-    }
-    INFERGATE_RETURN_IF_ERROR(linear(L.o, attn_.data(), T, h_.data()));
+    // h_ = the attention block's output (after o_proj)
+    INFERGATE_RETURN_IF_ERROR(L.mla ? mla_attention(L, layer, st) : gqa_attention(L, layer, st));
     if (!L.post_self_attn_norm.empty()) {
       ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(h_.data(), T, H), L.post_self_attn_norm.data(), eps_,
                              k::contiguous(h_.data(), T, H)),
@@ -956,12 +968,13 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
   // ---- logits only where wanted ----
   out->vocab = shape_.vocab;
   out->row_start.assign(static_cast<size_t>(S) + 1, 0);
-  std::vector<float> sel(static_cast<size_t>(rows_out * H));
+  std::vector<float> sel(static_cast<size_t>(st.rows_out * H));
   int64_t r = 0;
   for (int32_t s = 0; s < S; ++s) {
     const SequenceInput& in = batch[static_cast<size_t>(s)];
     out->row_start[static_cast<size_t>(s)] = r;
-    const int64_t first = q_start[static_cast<size_t>(s)], last = q_start[static_cast<size_t>(s) + 1] - 1;
+    const int64_t first = st.q_start[static_cast<size_t>(s)],
+                  last = st.q_start[static_cast<size_t>(s) + 1] - 1;
     const int64_t from = in.logits == LogitsWanted::kAll ? first : last;
     if (in.logits == LogitsWanted::kNone) continue;
     for (int64_t t = from; t <= last; ++t, ++r) {
@@ -969,12 +982,12 @@ Status CpuBackend::forward(std::span<const SequenceInput> batch, ForwardOutput* 
     }
   }
   out->row_start[static_cast<size_t>(S)] = r;
-  out->logits.resize(static_cast<size_t>(rows_out * shape_.vocab));
-  if (rows_out > 0) {
-    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(sel.data(), rows_out, H), final_norm_.data(), eps_,
-                           k::contiguous(sel.data(), rows_out, H)),
+  out->logits.resize(static_cast<size_t>(st.rows_out * shape_.vocab));
+  if (st.rows_out > 0) {
+    ENGINE_K(ops_->rmsnorm(k::contiguous<const float>(sel.data(), st.rows_out, H), final_norm_.data(), eps_,
+                           k::contiguous(sel.data(), st.rows_out, H)),
              "norm");
-    INFERGATE_RETURN_IF_ERROR(linear(lm_head_, sel.data(), rows_out, out->logits.data()));
+    INFERGATE_RETURN_IF_ERROR(linear(lm_head_, sel.data(), st.rows_out, out->logits.data()));
   }
   return ok_status();
 }

@@ -285,8 +285,6 @@ std::string_view architecture_name(Architecture a) {
   return "unknown";
 }
 
-bool engine_runs_architecture(Architecture a) { return a != Architecture::kDeepseekV3; }
-
 std::string_view rope_type_name(RopeType t) {
   switch (t) {
     case RopeType::kDefault: return "default";
@@ -422,6 +420,9 @@ Result<ModelConfig> model_config_from_json(const Json& j, std::string_view file_
       c.mla = m;
       INFERGATE_ASSIGN_OR_RETURN(c.qkv_bias, f.flag("attention_bias", false));
       c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+      // DeepSeek's RoPE pairs adjacent dimensions (transformers' rope_interleave, default true).
+      INFERGATE_ASSIGN_OR_RETURN(bool interleave, f.flag("rope_interleave", true));
+      c.rope_layout = interleave ? RopeLayout::kInterleaved : RopeLayout::kHalves;
       break;
     }
     case Architecture::kGlm4Moe: {

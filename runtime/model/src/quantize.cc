@@ -392,6 +392,9 @@ bool quantizer_compresses(const ExpectedTensor& e, bool quantize_lm_head) {
   if (e.shape.size() != 2 || e.name == "model.embed_tokens.weight") return false;
   if (e.name == "lm_head.weight" && !quantize_lm_head) return false;
   if (ends_with(e.name, ".mlp.gate.weight")) return false;  // MoE router: small and sensitive
+  // MLA's kv_b_proj: the engine re-lays it out per head at load (W_UK transposed into the query, W_UV
+  // after attention), which a quantized copy would have to be dequantized for anyway.
+  if (ends_with(e.name, ".self_attn.kv_b_proj.weight")) return false;
   return true;
 }
 

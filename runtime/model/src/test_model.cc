@@ -133,21 +133,41 @@ Status validate_moe(const TestModelOptions& o) {
   return ok_status();
 }
 
+Status validate_mla(const TestModelOptions& o) {
+  const TestMlaOptions& m = o.mla;
+  if (m.q_lora_rank < 0 || m.q_lora_rank > 65536)
+    return option_error("--q-lora-rank", "must be in [0, 65536]");
+  if (m.kv_lora_rank < 1 || m.qk_nope_head_dim < 1 || m.v_head_dim < 1)
+    return option_error("--kv-lora-rank",
+                        "--kv-lora-rank, --qk-nope-head-dim and --v-head-dim must be positive");
+  if (m.qk_rope_head_dim < 2 || m.qk_rope_head_dim % 2 != 0)
+    return option_error("--qk-rope-head-dim", "must be even and at least 2");
+  if (m.kv_lora_rank + m.qk_rope_head_dim > 1024)
+    return option_error("--kv-lora-rank", "the cached row (latent + rope) must be at most 1024 wide");
+  if (o.outlier_channels > m.kv_lora_rank)
+    return option_error("--outlier-channels", "at most --kv-lora-rank latent channels");
+  return ok_status();
+}
+
 Status validate(const TestModelOptions& o) {
   if (o.arch != Architecture::kLlama && o.arch != Architecture::kQwen2 && o.arch != Architecture::kGlm &&
-      o.arch != Architecture::kGlm4 && o.arch != Architecture::kGlm4Moe) {
-    return option_error("--arch", "expected llama, qwen2, glm, glm4 or glm4_moe");
+      o.arch != Architecture::kGlm4 && o.arch != Architecture::kGlm4Moe &&
+      o.arch != Architecture::kDeepseekV3) {
+    return option_error("--arch", "expected llama, qwen2, glm, glm4, glm4_moe, deepseek_v3 or kimi_k2");
   }
   if (o.layers < 1 || o.layers > 1024) return option_error("--layers", "must be in [1, 1024]");
   if (o.hidden < 8 || o.hidden > 65536) return option_error("--hidden", "must be in [8, 65536]");
-  if (o.heads < 1 || o.hidden % o.heads != 0) return option_error("--heads", "must divide --hidden");
-  if ((o.hidden / o.heads) % 2 != 0)
+  const bool mla = o.arch == Architecture::kDeepseekV3;  // head sizes of its own, one KV row per token
+  if (o.heads < 1 || (!mla && o.hidden % o.heads != 0))
+    return option_error("--heads", "must divide --hidden");
+  if (!mla && (o.hidden / o.heads) % 2 != 0)
     return option_error("--heads", "hidden / heads (the head size) must be even");
   if (o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4 || o.arch == Architecture::kGlm4Moe) {
     if ((o.hidden / o.heads) % 4 != 0)
       return option_error("--heads", "GLM's half rotary needs a head size divisible by 4");
   }
-  if (o.kv_heads < 1 || o.heads % o.kv_heads != 0) return option_error("--kv-heads", "must divide --heads");
+  if (!mla && (o.kv_heads < 1 || o.heads % o.kv_heads != 0))
+    return option_error("--kv-heads", "must divide --heads");
   const int64_t min_vocab = 256 + static_cast<int64_t>(kSpecialTokens.size());
   if (o.vocab < min_vocab || o.vocab > (1 << 20)) {
     return option_error("--vocab", "must be in [" + std::to_string(min_vocab) +
@@ -160,7 +180,8 @@ Status validate(const TestModelOptions& o) {
   if (o.dtype != DType::kF16 && o.dtype != DType::kBF16 && o.dtype != DType::kF32) {
     return option_error("--dtype", "expected f16, bf16 or f32");
   }
-  if (o.arch == Architecture::kGlm4Moe) INFERGATE_RETURN_IF_ERROR(validate_moe(o));
+  if (o.arch == Architecture::kGlm4Moe || mla) INFERGATE_RETURN_IF_ERROR(validate_moe(o));
+  if (mla) INFERGATE_RETURN_IF_ERROR(validate_mla(o));
   return ok_status();
 }
 
@@ -175,20 +196,23 @@ int64_t moe_intermediate(const TestModelOptions& o) {
 OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, int64_t eos, int64_t im_end) {
   const bool glm = o.arch == Architecture::kGlm || o.arch == Architecture::kGlm4;
   const bool glm_moe = o.arch == Architecture::kGlm4Moe;
+  const bool deepseek = o.arch == Architecture::kDeepseekV3;
   OJson c;
   c["architectures"] = OJson::array({std::string(architecture_name(o.arch))});
-  c["model_type"] = o.arch == Architecture::kLlama   ? "llama"
-                    : o.arch == Architecture::kQwen2 ? "qwen2"
-                    : o.arch == Architecture::kGlm   ? "glm"
-                    : o.arch == Architecture::kGlm4  ? "glm4"
-                                                     : "glm4_moe";
+  c["model_type"] = o.arch == Architecture::kLlama     ? "llama"
+                    : o.arch == Architecture::kQwen2   ? "qwen2"
+                    : o.arch == Architecture::kGlm     ? "glm"
+                    : o.arch == Architecture::kGlm4    ? "glm4"
+                    : o.arch == Architecture::kGlm4Moe ? "glm4_moe"
+                    : o.mla.kimi                       ? "kimi_k2"
+                                                       : "deepseek_v3";
   c["vocab_size"] = o.vocab;
   c["hidden_size"] = o.hidden;
   c["intermediate_size"] = intermediate;
   c["num_hidden_layers"] = o.layers;
   c["num_attention_heads"] = o.heads;
-  c["num_key_value_heads"] = o.kv_heads;
-  c["head_dim"] = o.hidden / o.heads;
+  c["num_key_value_heads"] = deepseek ? o.heads : o.kv_heads;
+  c["head_dim"] = deepseek ? o.mla.qk_rope_head_dim : o.hidden / o.heads;  // transformers' DeepseekV3Config
   c["max_position_embeddings"] = o.max_position;
   c["hidden_act"] = "silu";
   c["rms_norm_eps"] = o.arch == Architecture::kQwen2 ? 1e-6 : 1e-5;
@@ -197,6 +221,28 @@ OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, 
     c["partial_rotary_factor"] = 0.5;
     c["attention_bias"] = true;
     c["pad_token_id"] = eos;
+  } else if (deepseek) {
+    const TestMlaOptions& m = o.mla;
+    c["attention_bias"] = false;
+    c["q_lora_rank"] = m.q_lora_rank > 0 ? OJson(m.q_lora_rank) : OJson(nullptr);
+    c["kv_lora_rank"] = m.kv_lora_rank;
+    c["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    c["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    c["v_head_dim"] = m.v_head_dim;
+    c["rope_interleave"] = true;
+    c["topk_method"] = "noaux_tc";
+    c["scoring_func"] = "sigmoid";
+    if (m.yarn) {
+      c["rope_scaling"] = {{"type", "yarn"},
+                           {"factor", 4.0},
+                           {"original_max_position_embeddings", o.max_position / 4},
+                           {"beta_fast", 32.0},
+                           {"beta_slow", 1.0},
+                           {"mscale", 1.0},
+                           {"mscale_all_dim", 1.0}};
+    } else {
+      c["rope_scaling"] = nullptr;
+    }
   } else if (o.arch == Architecture::kLlama) {
     c["attention_bias"] = false;
     c["mlp_bias"] = false;
@@ -206,9 +252,9 @@ OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, 
     c["sliding_window"] = o.max_position;
     c["max_window_layers"] = o.layers;
   }
-  if (glm_moe) {
+  if (glm_moe || deepseek) {
     const TestMoeOptions& m = o.moe;
-    c["use_qk_norm"] = m.qk_norm;
+    if (glm_moe) c["use_qk_norm"] = m.qk_norm;
     c["n_routed_experts"] = m.experts;
     c["n_shared_experts"] = m.shared_experts;
     c["num_experts_per_tok"] = m.experts_per_token;
@@ -234,9 +280,22 @@ OJson config_json(const TestModelOptions& o, int64_t intermediate, int64_t bos, 
 }
 
 // The channels (within a head) that carry outliers in `layer`: whole rotary pairs, chosen per layer.
+// For multi-head latent attention: channels of the latent, chosen per layer.
 std::set<int64_t> outlier_channels(const TestModelOptions& o, const ModelConfig& c, int64_t layer) {
   std::set<int64_t> out;
   if (o.outlier_channels <= 0) return out;
+  if (c.mla) {
+    const int64_t n = c.mla->kv_lora_rank;
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+    Rng rng(seed_for(o.seed, "outliers." + std::to_string(layer)));
+    for (int64_t i = 0; i < o.outlier_channels; ++i) {
+      const int64_t j = i + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(n - i));
+      std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
+      out.insert(idx[static_cast<size_t>(i)]);
+    }
+    return out;
+  }
   const int64_t half = c.rotary_dim / 2;
   const int64_t pairs = std::min<int64_t>((o.outlier_channels + 1) / 2, half);
   std::vector<int64_t> idx(static_cast<size_t>(half));
@@ -262,10 +321,11 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 // How one tensor is drawn: value = mean + std * normal, times a per-row factor (per element for
-// vectors: biases and norms).
+// vectors: biases and norms) and a per-column one.
 struct Plan {
   double mean = 0, std = 0;
   std::vector<float> row_scale;  // empty: all 1
+  std::vector<float> col_scale;  // empty: all 1
 };
 
 Plan plan_for(const ExpectedTensor& t, const TestModelOptions& o, const ModelConfig& c) {
@@ -284,15 +344,26 @@ Plan plan_for(const ExpectedTensor& t, const TestModelOptions& o, const ModelCon
     p.std = 0.1;
   } else if (ends_with(n, ".e_score_correction_bias")) {
     p.std = kRouterBiasStd;
-  } else if (ends_with(n, "o_proj.weight")) {
-    p.std = 1.0 / std::sqrt(static_cast<double>(c.q_dim())) / std::sqrt(two_l);
-  } else if (ends_with(n, "down_proj.weight")) {  // dense MLP, expert or shared expert: its own width
-    p.std = 1.0 / std::sqrt(static_cast<double>(t.shape[1])) / std::sqrt(two_l);
+  } else if (ends_with(n, "o_proj.weight") || ends_with(n, "down_proj.weight")) {
+    p.std = 1.0 / std::sqrt(static_cast<double>(t.shape[1])) / std::sqrt(two_l);  // each of its own width
   } else {
-    p.std = 1.0 / std::sqrt(H);  // q, k, v, gate, up, gate_up
+    p.std = 1.0 / std::sqrt(static_cast<double>(t.shape[1]));  // q, k, v, gate, up, MLA's projections
   }
   // Outlier key channels: on k_proj's rows, or with per-head q/k norms on k_norm (which would
   // otherwise normalise them away); the query side is divided by the same factor, so q.k is unchanged.
+  if (c.mla && o.outlier_channels > 0) {
+    // Latent outliers: kv_a_layernorm's weight up on the chosen channels, kv_b_proj's columns down.
+    const bool norm = n.find(".self_attn.kv_a_layernorm.") != std::string::npos;
+    const bool up = n.find(".self_attn.kv_b_proj.") != std::string::npos;
+    if (norm || up) {
+      const int64_t layer = std::stoll(n.substr(std::string("model.layers.").size()));
+      std::vector<float>& scale = norm ? p.row_scale : p.col_scale;
+      scale.assign(static_cast<size_t>(c.mla->kv_lora_rank), 1.0f);
+      for (int64_t ch : outlier_channels(o, c, layer))
+        scale[static_cast<size_t>(ch)] = norm ? kOutlierScale : 1.0f / kOutlierScale;
+    }
+    return p;
+  }
   const std::string_view q_part = c.qk_norm ? ".self_attn.q_norm." : ".self_attn.q_proj.";
   const std::string_view k_part = c.qk_norm ? ".self_attn.k_norm." : ".self_attn.k_proj.";
   const bool is_q = n.find(q_part) != std::string::npos;
@@ -336,6 +407,7 @@ Status write_tensor(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& p
     for (uint64_t i = 0; i < m; ++i) {
       double v = plan.mean + plan.std * rng.normal();
       if (!plan.row_scale.empty()) v *= plan.row_scale[(start + i) / cols];
+      if (!plan.col_scale.empty()) v *= plan.col_scale[(start + i) % cols];
       vals[i] = static_cast<float>(v);
     }
     bytes.resize(m * esize);

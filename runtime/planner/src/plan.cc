@@ -251,10 +251,6 @@ Result<Plan> plan(const PlanInput& in) {
     pl.notes.push_back("more GPUs than KV heads: each GPU holds one KV head, replicated " +
                        num(in.tensor_parallel / c.num_key_value_heads) + " times");
   }
-  if (!engine_runs_architecture(c.architecture)) {
-    pl.notes.push_back(std::string(model::architecture_name(c.architecture)) +
-                       " is read for planning; the bundled engine does not serve it yet");
-  }
   return pl;
 }
 

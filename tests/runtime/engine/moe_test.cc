@@ -1,10 +1,11 @@
-// GLM-4.5's routed experts in the engine: in every weight format x KV dtype a batch gets the tokens
-// each sequence gets alone and a prefill (tokens grouped by expert) agrees with token-by-token
-// decode; the refusals name what is wrong.
+// GLM-4.5's routed experts and DeepSeek-V3's latent attention over the same experts, in the engine: in
+// every weight format x KV dtype a batch gets the tokens each sequence gets alone and a prefill
+// (tokens grouped by expert) agrees with token-by-token decode; the refusals name what is wrong.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "infergate/engine/engine.h"
@@ -15,25 +16,27 @@ namespace {
 using namespace testing;
 namespace m = infergate::runtime::model;
 
-// The checkpoints, made once: dense fp16, int8, int4 group 32 symmetric (the scheme of Kimi K2's own
-// int4 release) and int4 group 128 asymmetric (ours).
+// The checkpoints of an architecture, made once: dense fp16, int8, int4 group 32 symmetric (the scheme
+// of Kimi K2's own int4 release) and int4 group 128 asymmetric (ours).
 struct Checkpoints {
   TempDir dir = temp_dir();
   std::filesystem::path dense, int8, int4_g32, int4_g128;
 };
-const Checkpoints& checkpoints() {
-  static const Checkpoints* c = [] {
+const Checkpoints& checkpoints(m::Architecture arch = m::Architecture::kGlm4Moe) {
+  static std::map<m::Architecture, const Checkpoints*> made;
+  const Checkpoints*& c = made[arch];
+  if (c == nullptr) {
     auto* k = new Checkpoints;
-    m::TestModelOptions o = small_options(m::Architecture::kGlm4Moe, 31);
+    m::TestModelOptions o = small_options(arch, 31);
     o.layers = 3;
-    o.hidden = 128;  // head_dim 32; experts of width 64
+    o.hidden = 128;  // GLM: head_dim 32, experts of width 64; DeepSeek: a 64-wide latent
     o.outlier_channels = 2;
     k->dense = make_model(k->dir.path() / "dense", o);
     k->int8 = quantize(k->dense, k->dir.path() / "int8", m::WeightFormat::kInt8);
     k->int4_g32 = quantize(k->dense, k->dir.path() / "int4-g32", m::WeightFormat::kInt4, true, 32);
     k->int4_g128 = quantize(k->dense, k->dir.path() / "int4-g128", m::WeightFormat::kInt4, false, 128);
-    return k;
-  }();
+    c = k;
+  }
   return *c;
 }
 
@@ -49,8 +52,9 @@ const char* weights_name(Weights w) {
   return "?";
 }
 
-std::unique_ptr<Engine> engine_for(Weights w, KvCacheDtype kv) {
-  const Checkpoints& c = checkpoints();
+std::unique_ptr<Engine> engine_for(Weights w, KvCacheDtype kv,
+                                   m::Architecture arch = m::Architecture::kGlm4Moe) {
+  const Checkpoints& c = checkpoints(arch);
   switch (w) {
     case Weights::kF16: return make_engine(c.dense, {WeightFormat::kF16, kv});
     case Weights::kBF16: return make_engine(c.dense, {WeightFormat::kBF16, kv});
@@ -73,11 +77,11 @@ SamplingParams greedy_params(int32_t n) {
   return p;
 }
 
-class MoeEveryFormat : public ::testing::TestWithParam<std::tuple<Weights, KvCacheDtype>> {};
+class MoeEveryFormat : public ::testing::TestWithParam<std::tuple<m::Architecture, Weights, KvCacheDtype>> {};
 
 TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDecode) {
-  const auto [w, kv] = GetParam();
-  auto e = engine_for(w, kv);
+  const auto [arch, w, kv] = GetParam();
+  auto e = engine_for(w, kv, arch);
   ASSERT_TRUE(e);
   const auto alone_a = greedy(*e, kA, 10), alone_b = greedy(*e, kB, 10), alone_c = greedy(*e, kC, 10);
   std::vector<SeqId> ids = {*e->add_sequence(kA, greedy_params(10)), *e->add_sequence(kB, greedy_params(10)),
@@ -100,7 +104,10 @@ TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDe
   // is exact. Over int8 and int4 pages decode quantizes q to 8 bits (attn_vnni.cc), and int4-kivi reads
   // a page's keys in fp16 until the page seals but in int4 afterwards: both differ from a prefill by
   // design, and in an MoE model a difference that size can swap a token's expert.
-  if (kv == KvCacheDtype::kInt8 || kv == KvCacheDtype::kInt4 || kv == KvCacheDtype::kInt4Kivi) return;
+  // Latent attention's decode and prefill are one kernel over the same quantized rows.
+  const bool mla = arch == m::Architecture::kDeepseekV3;
+  if (!mla && (kv == KvCacheDtype::kInt8 || kv == KvCacheDtype::kInt4 || kv == KvCacheDtype::kInt4Kivi))
+    return;
   auto whole = e->score(kB, 0), stepped = e->score(kB, 1);
   ASSERT_TRUE(whole.ok() && stepped.ok());
   const size_t v = static_cast<size_t>(e->vocab());
@@ -118,17 +125,40 @@ TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDe
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WeightsAndKv, MoeEveryFormat,
-                         ::testing::Combine(::testing::Values(Weights::kF16, Weights::kBF16, Weights::kInt8,
-                                                              Weights::kInt4G32, Weights::kInt4G128),
+std::string case_name(const ::testing::TestParamInfo<MoeEveryFormat::ParamType>& p) {
+  std::string kv(kv_cache_dtype_name(std::get<2>(p.param)));
+  std::replace(kv.begin(), kv.end(), '-', '_');
+  const char* arch = std::get<0>(p.param) == m::Architecture::kGlm4Moe ? "glm4_moe" : "deepseek_v3";
+  return std::string(arch) + "_" + weights_name(std::get<1>(p.param)) + "_" + kv;
+}
+
+const auto kAllWeights =
+    ::testing::Values(Weights::kF16, Weights::kBF16, Weights::kInt8, Weights::kInt4G32, Weights::kInt4G128);
+INSTANTIATE_TEST_SUITE_P(Glm4Moe, MoeEveryFormat,
+                         ::testing::Combine(::testing::Values(m::Architecture::kGlm4Moe), kAllWeights,
                                             ::testing::Values(KvCacheDtype::kF16, KvCacheDtype::kBF16,
                                                               KvCacheDtype::kFp8, KvCacheDtype::kInt8,
                                                               KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi)),
-                         [](const auto& p) {
-                           std::string kv(kv_cache_dtype_name(std::get<1>(p.param)));
-                           std::replace(kv.begin(), kv.end(), '-', '_');
-                           return std::string(weights_name(std::get<0>(p.param))) + "_" + kv;
-                         });
+                         case_name);
+// The latent cache in every dtype it has (int4-kivi has no latent form: refused below).
+INSTANTIATE_TEST_SUITE_P(DeepseekV3, MoeEveryFormat,
+                         ::testing::Combine(::testing::Values(m::Architecture::kDeepseekV3), kAllWeights,
+                                            ::testing::Values(KvCacheDtype::kF16, KvCacheDtype::kBF16,
+                                                              KvCacheDtype::kFp8, KvCacheDtype::kInt8,
+                                                              KvCacheDtype::kInt4)),
+                         case_name);
+
+TEST(MlaEngine, RefusesInt4KiviForTheLatentCacheAndKeepsKvBProjDense) {
+  const Checkpoints& c = checkpoints(m::Architecture::kDeepseekV3);
+  Error e = load_error(c.dense, KvCacheDtype::kInt4Kivi);
+  EXPECT_EQ(e.reason(), "UnsupportedCombination") << e.to_string();
+  EXPECT_NE(e.message().find("int4-kivi"), std::string::npos) << e.to_string();
+  auto m4 = open_model(c.int4_g32);
+  auto kvb = m4->tensor("model.layers.1.self_attn.kv_b_proj.weight");
+  ASSERT_TRUE(kvb.ok()) << "kv_b_proj stays dense in a quantized checkpoint";
+  EXPECT_EQ(kvb->dtype, m::DType::kF16);
+  EXPECT_TRUE(m4->has_tensor("model.layers.1.self_attn.kv_a_proj_with_mqa.qweight"));
+}
 
 TEST(MoeEngine, TheRouterStaysDenseInAQuantizedCheckpointAndWeightBytesCountIt) {
   const Checkpoints& c = checkpoints();

@@ -44,8 +44,9 @@ class QualityMatrixFor : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir(temp_dir());
     m::TestModelOptions o = small_options(kArch, 21);
-    o.hidden = 128;                                         // head_dim 32: one int4 group per head
-    o.layers = kArch == m::Architecture::kGlm4Moe ? 3 : 2;  // MoE: one dense layer, two routed
+    o.hidden = 128;                                       // head_dim 32: one int4 group per head
+    o.layers = kArch == m::Architecture::kLlama ? 2 : 3;  // MoE: one dense layer, two routed
+    layers_ = static_cast<double>(o.layers);
     o.vocab = 512;
     o.outlier_channels = 4;
     o.dtype = m::DType::kF32;
@@ -65,6 +66,10 @@ class QualityMatrixFor : public ::testing::Test {
     return kArch == m::Architecture::kGlm4Moe
                ? "glm4_moe, 3 layers (1 dense, 2 with 8 experts in 2 groups, top 2, 1 shared), hidden 128, "
                  "head_dim 32, q/k norms, 4 outlier key channels per KV head on k_norm"
+           : kArch == m::Architecture::kDeepseekV3
+               ? "deepseek_v3, 3 layers (1 dense, 2 routed as glm4_moe), hidden 128, 4 heads, latent 64 + "
+                 "rope 16 "
+                 "(an 80-value cached row), q_lora 32, YaRN, 4 outlier latent channels"
                : "llama, 2 layers, hidden 128, head_dim 32, 4 outlier key channels per KV head";
   }
   // Every weight format x KV dtype against the fp32 baseline, printed as a table and held to the bounds.
@@ -90,6 +95,7 @@ class QualityMatrixFor : public ::testing::Test {
 
   static inline TempDir* dir_ = nullptr;
   static inline std::filesystem::path dense_, int8_, int4_;
+  static inline double layers_ = 1;
   static inline std::vector<std::vector<int32_t>> prompts_;
   static inline std::vector<std::vector<float>>* baseline_ = nullptr;
 };
@@ -98,8 +104,11 @@ template <m::Architecture kArch>
 void QualityMatrixFor<kArch>::check_every_format() {
   const WeightFormat wfs[] = {WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kInt8,
                               WeightFormat::kInt4};
-  const KvCacheDtype kvs[] = {KvCacheDtype::kF16,  KvCacheDtype::kBF16, KvCacheDtype::kFp8,
-                              KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi};
+  // A latent cache has no int4-kivi form.
+  constexpr bool mla = kArch == m::Architecture::kDeepseekV3;
+  std::vector<KvCacheDtype> kvs = {KvCacheDtype::kF16,  KvCacheDtype::kBF16, KvCacheDtype::kFp8,
+                                   KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi};
+  if (mla) kvs.pop_back();
   // (weights, KV, key smoothing) -> metrics; smoothing as load_engine's default (auto), and off.
   std::map<std::tuple<WeightFormat, KvCacheDtype, bool>, QualityMetrics> q;
   std::vector<Row> rows;
@@ -148,7 +157,7 @@ void QualityMatrixFor<kArch>::check_every_format() {
       "|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf("| %s | %.4f | %.2e | %.2e | %.0f |\n", r.name.c_str(), r.q.top1_agreement, r.q.mean_kl,
-                r.q.max_kl, r.bytes_per_token / 2);
+                r.q.max_kl, r.bytes_per_token / layers_);
   }
   std::printf("(%lld positions over %zu fixed prompts; baseline fp32 weights + fp32 KV; %s)\n",
               static_cast<long long>(positions), prompts_.size(), model_description());
@@ -157,11 +166,19 @@ void QualityMatrixFor<kArch>::check_every_format() {
   // model's are looser: a small error that moves a token's router score past its neighbour's swaps
   // an expert outright (with every expert chosen, fp16 weights + int8 KV measured a mean KL of
   // 2.6e-5 on this model, as on the Llama; with top 2 of 8, 6.4e-3).
-  constexpr bool moe = kArch == m::Architecture::kGlm4Moe;
+  constexpr bool moe = kArch != m::Architecture::kLlama;  // both route tokens to experts
   struct Bound {
     double top1, kl;
   };
   auto bound_for = [](WeightFormat w, KvCacheDtype kv) -> Bound {
+    if (mla) {  // the latent cache: one row per token shared by every head
+      Bound b{0.99, 0.01};
+      if (kv == KvCacheDtype::kFp8) b = {0.96, 0.05};
+      if (kv == KvCacheDtype::kInt4) b = {0.88, 0.17};
+      if (w == WeightFormat::kInt8) b = {std::min(b.top1, 0.96), std::max(b.kl, 0.04)};
+      if (w == WeightFormat::kInt4) b = {std::min(b.top1, 0.74), std::max(b.kl, 0.45)};
+      return b;
+    }
     if (moe) {
       Bound b{0.99, 0.01};  // fp16/bf16 weights with fp16, bf16 or int8 KV
       if (kv == KvCacheDtype::kFp8) b = {0.96, 0.04};
@@ -194,6 +211,7 @@ void QualityMatrixFor<kArch>::check_every_format() {
   // The regression a quality gate must catch: per-token int4 keys (no smoothing) lose the ordinary
   // channels next to the outliers; per-channel keys (int4-kivi) do not.
   for (WeightFormat w : wfs) {
+    if (mla) break;
     const QualityMetrics tok = q[{w, KvCacheDtype::kInt4, false}],
                          kivi = q[{w, KvCacheDtype::kInt4Kivi, false}];
     EXPECT_GT(tok.mean_kl, (moe ? 1.5 : 4.0) * kivi.mean_kl) << weight_format_name(w);
@@ -203,6 +221,11 @@ void QualityMatrixFor<kArch>::check_every_format() {
   const QualityMetrics raw8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, false}];
   const QualityMetrics smooth8 = q[{WeightFormat::kF16, KvCacheDtype::kInt8, true}];
   EXPECT_LT(smooth8.mean_kl * (moe ? 3 : 5), raw8.mean_kl);
+  if (mla) {  // latent outliers spoil a per-token int4 row unless smoothed into W_UK and W_UV
+    const double smoothed = q[{WeightFormat::kF16, KvCacheDtype::kInt4, true}].mean_kl;
+    const double raw = q[{WeightFormat::kF16, KvCacheDtype::kInt4, false}].mean_kl;
+    EXPECT_LT(smoothed * 5, raw);
+  }
   // Fewer weight bits never help.
   const double kl16 = q[{WeightFormat::kF16, KvCacheDtype::kF16, true}].mean_kl;
   const double kl8 = q[{WeightFormat::kInt8, KvCacheDtype::kF16, true}].mean_kl;
@@ -213,9 +236,13 @@ void QualityMatrixFor<kArch>::check_every_format() {
 
 using QualityMatrix = QualityMatrixFor<m::Architecture::kLlama>;
 using MoeQualityMatrix = QualityMatrixFor<m::Architecture::kGlm4Moe>;
+using MlaQualityMatrix = QualityMatrixFor<m::Architecture::kDeepseekV3>;
 
 TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) { check_every_format(); }
 TEST_F(MoeQualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) { check_every_format(); }
+TEST_F(MlaQualityMatrix, EveryWeightFormatAndLatentCacheDtypeStaysWithinItsDocumentedBound) {
+  check_every_format();
+}
 
 // Decode attention over int8 / int4 KV quantizes q and the softmax weights to 8 bits where the CPU
 // has AVX-512 VNNI (kernels/src/cpu/attn_vnni.cc). At head_dim 128, token by token (the decode path

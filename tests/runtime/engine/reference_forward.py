@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """An independent NumPy forward pass of the decoder architectures the engine runs, written from the
 published models (huggingface/transformers modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
-modeling_glm.py, modeling_glm4.py, modeling_glm4_moe.py with its DeepseekV3TopkRouter), not from
-infergate's C++. Computes in float64.
+modeling_glm.py, modeling_glm4.py, modeling_glm4_moe.py and modeling_deepseek_v3.py with its
+DeepseekV3TopkRouter and YaRN from modeling_rope_utils.py), not from infergate's C++. Latent attention
+is computed as transformers does (per-head keys and values expanded from the latent), not in the
+engine's absorbed form. Computes in float64.
 
 Routing (GLM-4.5's MoE layers): s = sigmoid(router logits), chosen by s + e_score_correction_bias
 within the topk_group best of n_group groups (a group scores as the sum of its two best), weights
@@ -99,9 +101,66 @@ def rope_inv_freq(cfg, dim):
         smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
         is_medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
         inv_freq = np.where(is_medium, smoothed, inv_l)
+    elif rtype == "yarn":
+        # transformers modeling_rope_utils._compute_yarn_parameters (truncate = True)
+        factor = rs["factor"]
+        old_ctx = rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+        beta_fast = rs.get("beta_fast") or 32
+        beta_slow = rs.get("beta_slow") or 1
+
+        def correction_dim(rot):
+            return (dim * np.log(old_ctx / (rot * 2 * np.pi))) / (2 * np.log(base))
+
+        low = max(np.floor(correction_dim(beta_fast)), 0)
+        high = min(np.ceil(correction_dim(beta_slow)), dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        pos_freqs = base ** (np.arange(0, dim, 2) / dim)
+        inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
     elif rtype not in ("default", None):
         raise SystemExit(f"rope_scaling type {rtype} is not implemented in the reference")
     return inv_freq
+
+
+def yarn_mscale(scale, mscale):
+    return 1.0 if scale <= 1 else 0.1 * mscale * np.log(scale) + 1.0
+
+
+def mla_attention(cfg, W, p, h, pos, inv_freq, mask):
+    """transformers' DeepseekV3Attention, not absorbed: per-head keys and values from the latent."""
+    T = h.shape[0]
+    nh = cfg["num_attention_heads"]
+    nope, rope, vd = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kvl = cfg["kv_lora_rank"]
+    eps = cfg["rms_norm_eps"]
+    if cfg.get("q_lora_rank"):
+        qa = rms_norm(h @ W[p + "self_attn.q_a_proj.weight"].T, W[p + "self_attn.q_a_layernorm.weight"], eps)
+        q = qa @ W[p + "self_attn.q_b_proj.weight"].T
+    else:
+        q = h @ W[p + "self_attn.q_proj.weight"].T
+    q = q.reshape(T, nh, nope + rope)
+    ckv = h @ W[p + "self_attn.kv_a_proj_with_mqa.weight"].T
+    c = rms_norm(ckv[:, :kvl], W[p + "self_attn.kv_a_layernorm.weight"], eps)
+    k_pe = ckv[:, kvl:].reshape(T, 1, rope)
+    kv = (c @ W[p + "self_attn.kv_b_proj.weight"].T).reshape(T, nh, nope + vd)
+    k_nope, v = kv[..., :nope], kv[..., nope:]
+    interleaved = cfg.get("rope_interleave", True)
+    q_pe = apply_rope(q[..., nope:], pos, inv_freq, interleaved)
+    k_pe = apply_rope(k_pe, pos, inv_freq, interleaved)
+    q = np.concatenate([q[..., :nope], q_pe], axis=-1)
+    k = np.concatenate([k_nope, np.repeat(k_pe, nh, axis=1)], axis=-1)
+    scale = (nope + rope) ** -0.5
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("mscale_all_dim"):
+        scale *= yarn_mscale(rs["factor"], rs["mscale_all_dim"]) ** 2
+    scores = np.einsum("thd,shd->hts", q, k) * scale + mask
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs = probs / probs.sum(axis=-1, keepdims=True)
+    attn = np.einsum("hts,shd->thd", probs, v).reshape(T, nh * vd)
+    return attn @ W[p + "self_attn.o_proj.weight"].T
 
 
 def apply_rope(x, positions, inv_freq, interleaved):
@@ -181,17 +240,18 @@ def moe_mlp(cfg, W, p, h):
 def forward(cfg, W, tokens):
     arch = cfg["architectures"][0]
     if arch not in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GlmForCausalLM",
-                    "Glm4ForCausalLM", "Glm4MoeForCausalLM"):
+                    "Glm4ForCausalLM", "Glm4MoeForCausalLM", "DeepseekV3ForCausalLM"):
         raise SystemExit(f"architecture {arch} is not implemented in the reference")
     glm = arch in ("GlmForCausalLM", "Glm4ForCausalLM")  # interleaved rotary pairs, fused gate_up
     glm_moe = arch == "Glm4MoeForCausalLM"  # rotate-half partial rotary, q/k norms, routed experts
+    deepseek = arch == "DeepseekV3ForCausalLM"  # latent attention, interleaved rope, routed experts
     H = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
     hd = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
     prf = cfg.get("partial_rotary_factor", 0.5 if (glm or glm_moe) else 1.0)
-    inv_freq = rope_inv_freq(cfg, int(hd * prf))
+    inv_freq = rope_inv_freq(cfg, cfg["qk_rope_head_dim"] if deepseek else int(hd * prf))
     if arch == "Qwen2ForCausalLM":
         qkv_bias, o_bias = True, False
     elif glm:
@@ -214,6 +274,11 @@ def forward(cfg, W, tokens):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
+        if deepseek:
+            x = x + mla_attention(cfg, W, p, h, pos, inv_freq, mask)
+            h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
+            x = x + (moe_mlp(cfg, W, p, h) if is_moe_layer(cfg, i) else swiglu(W, p + "mlp", h))
+            continue
         q = linear(h, p + "self_attn.q_proj", qkv_bias).reshape(T, nh, hd)
         k = linear(h, p + "self_attn.k_proj", qkv_bias).reshape(T, nkv, hd)
         v = linear(h, p + "self_attn.v_proj", qkv_bias).reshape(T, nkv, hd)
@@ -300,7 +365,24 @@ CASES = {
     "glm4_moe_wide": {"arch": "glm4_moe", "seed": 18, "layers": 3, "hidden": 128, "heads": 8, "kv_heads": 2,
                       "moe": {"experts": 16, "experts_per_token": 4, "groups": 4, "topk_groups": 2,
                               "shared_experts": 1, "dense_layers": 1, "qk_norm": True}},
+    # DeepSeek-V3: low-rank query, YaRN, a dense first layer then routed experts in groups.
+    "deepseek_v3": {"arch": "deepseek_v3", "seed": 19, "layers": 3,
+                    "moe": {"experts": 8, "experts_per_token": 2, "groups": 2, "topk_groups": 1,
+                            "shared_experts": 1, "dense_layers": 1},
+                    "mla": {"q_lora_rank": 32, "kv_lora_rank": 64, "qk_nope_head_dim": 16,
+                            "qk_rope_head_dim": 16, "v_head_dim": 16, "yarn": True}},
+    # Kimi K2's model_type with a plain q_proj (as DeepSeek-V2-Lite), no YaRN, different head widths,
+    # 6 heads, every layer routed.
+    "kimi_k2": {"arch": "kimi_k2", "seed": 20, "layers": 2, "heads": 6,
+                "moe": {"experts": 12, "experts_per_token": 3, "groups": 3, "topk_groups": 2,
+                        "shared_experts": 1, "dense_layers": 0},
+                "mla": {"q_lora_rank": 0, "kv_lora_rank": 48, "qk_nope_head_dim": 24,
+                        "qk_rope_head_dim": 8, "v_head_dim": 20, "yarn": False}},
 }
+
+MLA_FLAGS = {"q_lora_rank": "--q-lora-rank", "kv_lora_rank": "--kv-lora-rank",
+             "qk_nope_head_dim": "--qk-nope-head-dim", "qk_rope_head_dim": "--qk-rope-head-dim",
+             "v_head_dim": "--v-head-dim"}
 
 MOE_FLAGS = {"experts": "--experts", "experts_per_token": "--experts-per-token", "groups": "--expert-groups",
              "topk_groups": "--topk-groups", "shared_experts": "--shared-experts",
@@ -320,6 +402,11 @@ def make_model(runtime, case, out):
             cmd += [flag, str(case["moe"][key])]
     if case.get("moe", {}).get("qk_norm") is False:
         cmd.append("--no-qk-norm")
+    for key, flag in MLA_FLAGS.items():
+        if key in case.get("mla", {}):
+            cmd += [flag, str(case["mla"][key])]
+    if case.get("mla", {}).get("yarn") is False:
+        cmd.append("--no-yarn")
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     path = os.path.join(out, "config.json")
     with open(path) as f:
@@ -339,7 +426,8 @@ def golden(name, case, logits, greedy_tokens):
                                  "dtype": case.get("dtype", "f16"),
                                  "tie_embeddings": bool(case.get("tie_embeddings"))},
                                 **{k: case[k] for k in ("layers", "hidden", "heads", "kv_heads") if k in case},
-                                **({"moe": case["moe"]} if "moe" in case else {})),
+                                **({"moe": case["moe"]} if "moe" in case else {}),
+                                **({"mla": case["mla"]} if "mla" in case else {})),
         "config_overrides": case.get("overrides", {}),
         "prompts": PROMPTS,
         "logits": [[[float("%.8g" % v) for v in row] for row in l] for l in logits],

@@ -33,11 +33,13 @@ Golden load_golden(const std::string& name, const std::filesystem::path& dir) {
   const Json& mk = (*j)["make_test_model"];
   m::TestModelOptions o;
   const std::string arch = mk["arch"];
-  o.arch = arch == "llama"   ? m::Architecture::kLlama
-           : arch == "qwen2" ? m::Architecture::kQwen2
-           : arch == "glm"   ? m::Architecture::kGlm
-           : arch == "glm4"  ? m::Architecture::kGlm4
-                             : m::Architecture::kGlm4Moe;
+  o.arch = arch == "llama"      ? m::Architecture::kLlama
+           : arch == "qwen2"    ? m::Architecture::kQwen2
+           : arch == "glm"      ? m::Architecture::kGlm
+           : arch == "glm4"     ? m::Architecture::kGlm4
+           : arch == "glm4_moe" ? m::Architecture::kGlm4Moe
+                                : m::Architecture::kDeepseekV3;
+  o.mla.kimi = arch == "kimi_k2";
   if (mk.contains("layers")) o.layers = mk["layers"].get<int64_t>();
   if (mk.contains("hidden")) o.hidden = mk["hidden"].get<int64_t>();
   if (mk.contains("heads")) o.heads = mk["heads"].get<int64_t>();
@@ -50,7 +52,16 @@ Golden load_golden(const std::string& name, const std::filesystem::path& dir) {
     o.moe.topk_groups = moe["topk_groups"].get<int64_t>();
     o.moe.shared_experts = moe["shared_experts"].get<int64_t>();
     o.moe.dense_layers = moe["dense_layers"].get<int64_t>();
-    o.moe.qk_norm = moe["qk_norm"].get<bool>();
+    o.moe.qk_norm = moe.value("qk_norm", true);
+  }
+  if (mk.contains("mla")) {
+    const Json& mla = mk["mla"];
+    o.mla.q_lora_rank = mla["q_lora_rank"].get<int64_t>();
+    o.mla.kv_lora_rank = mla["kv_lora_rank"].get<int64_t>();
+    o.mla.qk_nope_head_dim = mla["qk_nope_head_dim"].get<int64_t>();
+    o.mla.qk_rope_head_dim = mla["qk_rope_head_dim"].get<int64_t>();
+    o.mla.v_head_dim = mla["v_head_dim"].get<int64_t>();
+    o.mla.yarn = mla["yarn"].get<bool>();
   }
   o.seed = mk["seed"].get<uint64_t>();
   o.vocab = mk["vocab"].get<int64_t>();
@@ -146,7 +157,7 @@ TEST_P(ReferenceTest, ServingPathWithHalfPrecisionKvMatchesTheReferenceWithinKvR
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceTest,
                          ::testing::Values("llama", "mistral", "qwen2", "glm", "glm4", "glm4_moe",
-                                           "glm4_moe_air", "glm4_moe_wide"),
+                                           "glm4_moe_air", "glm4_moe_wide", "deepseek_v3", "kimi_k2"),
                          [](const auto& p) { return p.param; });
 
 TEST(Reference, ScriptStillReproducesTheGoldenFiles) {

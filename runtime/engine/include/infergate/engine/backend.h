@@ -59,6 +59,9 @@ struct ModelShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int64_t max_position = 0;  // max_position_embeddings
+  // Multi-head latent attention (DeepSeek-V3, Kimi K2): the cache holds one row per token, so
+  // num_kv_heads is 1 and head_dim is the row's width (kv_lora_rank + qk_rope_head_dim).
+  bool latent_kv = false;
 };
 
 // Guarantees: forward() either writes every K/V of its tokens into the pool and fills `out`, or

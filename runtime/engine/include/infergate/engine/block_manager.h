@@ -27,11 +27,15 @@ struct KvSpec {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_tokens = kBlockTokens;
+  // Multi-head latent attention: one row per token (num_kv_heads 1, head_dim = latent + rope width),
+  // no V side (kernels::kv_latent_page_bytes); int4-kivi has no latent form.
+  bool latent = false;
 };
 
 // The one memory model for the KV cache (the capacity planner predicts these same numbers).
 struct KvBytes {
-  int64_t page_bytes = 0;     // one layer's page: kernels::kv_page_bytes (kF32: 2 x heads x 16 x dim x 4)
+  int64_t page_bytes = 0;     // one layer's page: kernels::kv_page_bytes (kF32: 2 x heads x 16 x dim x 4),
+                              // or for a latent cache kv_latent_page_bytes (kF32: 16 x dim x 4)
   int64_t block_bytes = 0;    // page_bytes x num_layers: what one 16-token block costs
   int64_t staging_bytes = 0;  // per sequence slot, all layers (int4-kivi only; else 0)
   // block_bytes / block_tokens: the marginal cost of one more token of context.

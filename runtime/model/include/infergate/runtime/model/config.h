@@ -2,9 +2,9 @@
 //
 // Architectures the engine runs: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // GlmForCausalLM and Glm4ForCausalLM (partial rotary over interleaved pairs, fused gate_up_proj; Glm4
-// adds post-attention and post-MLP norms), and Glm4MoeForCausalLM (GLM-4.5 / 4.6: routed and shared
-// experts, per-head q/k norms, partial rotate-half rotary). Read for capacity planning only:
-// DeepseekV3ForCausalLM (also Kimi-K2: multi-head latent attention and routed experts). Field names and
+// adds post-attention and post-MLP norms), Glm4MoeForCausalLM (GLM-4.5 / 4.6: routed and shared
+// experts, per-head q/k norms, partial rotate-half rotary) and DeepseekV3ForCausalLM (also Kimi-K2:
+// multi-head latent attention with interleaved rope and YaRN, and routed experts): all of them. Field names and
 // defaults follow huggingface/transformers' configuration and modelling code. A bad config gets an error with
 // the reason "InvalidConfig" and a detail "field" naming the offending field.
 #pragma once
@@ -25,8 +25,6 @@ enum class Architecture { kLlama, kMistral, kQwen2, kGlm, kGlm4, kDeepseekV3, kG
 
 // "LlamaForCausalLM", ...
 std::string_view architecture_name(Architecture a);
-// Whether the bundled engine implements the architecture (the others are read for planning only).
-bool engine_runs_architecture(Architecture a);
 
 enum class RopeType { kDefault, kLinear, kDynamic, kYarn, kLlama3 };
 std::string_view rope_type_name(RopeType t);

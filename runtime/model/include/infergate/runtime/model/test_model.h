@@ -21,6 +21,9 @@
 // shared experts; the router's score-correction bias has std kRouterBiasStd, enough to change which
 // experts some tokens get. With q/k norms the outlier channels are put on k_norm (and q_norm divided
 // by the same factor) instead of on k_proj's rows, which the per-head norm would undo.
+// DeepSeek-V3 / Kimi K2 (kDeepseekV3): multi-head latent attention (mla) over the same MoE block; the
+// outlier channels are latent channels: kv_a_layernorm's weight is scaled up on them and kv_b_proj's
+// matching columns down, so keys and values are unchanged while the cached latent has outliers.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +54,22 @@ struct TestMoeOptions {
   bool qk_norm = true;            // use_qk_norm (GLM-4.5 and 4.6; 4.5-Air has none)
 };
 
+// The multi-head latent attention of a kDeepseekV3 test model (DeepSeek-V3, Kimi K2; config.json's
+// names in brackets). Its MoE block is `moe` (with DeepSeek's noaux_tc routing).
+struct TestMlaOptions {
+  int64_t q_lora_rank = 32;       // q_lora_rank; 0: a plain q_proj (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 64;      // kv_lora_rank: the cached latent's width
+  int64_t qk_nope_head_dim = 16;  // qk_nope_head_dim
+  int64_t qk_rope_head_dim = 16;  // qk_rope_head_dim: the cached shared rope key's width
+  int64_t v_head_dim = 16;        // v_head_dim
+  bool yarn = true;               // rope_scaling yarn (factor 4, original context max_position / 4,
+                                  // mscale = mscale_all_dim = 1 as DeepSeek-V3 and Kimi K2 publish)
+  bool kimi = false;              // model_type kimi_k2 instead of deepseek_v3
+};
+
 struct TestModelOptions {
   std::filesystem::path out;
-  Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm, kGlm4 or kGlm4Moe
+  Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm, kGlm4, kGlm4Moe or kDeepseekV3
   int64_t layers = 2;
   int64_t hidden = 64;
   int64_t heads = 4;
@@ -67,7 +83,8 @@ struct TestModelOptions {
   bool tie_embeddings = false;
   uint64_t max_shard_bytes = 0;  // 0: one model.safetensors; else shards plus an index
   bool force = false;            // replace a non-empty output directory
-  TestMoeOptions moe;            // kGlm4Moe only
+  TestMoeOptions moe;            // kGlm4Moe and kDeepseekV3
+  TestMlaOptions mla;            // kDeepseekV3 only
 };
 
 // Writes the model into options.out atomically (see staged_dir.h). Errors name the offending option.
