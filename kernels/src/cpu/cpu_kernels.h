@@ -76,8 +76,9 @@ struct MlaJob {
 };
 // Floats of scratch one MLA unit of `heads` heads needs for a latent row of head_dim d and value_dim dv.
 inline int64_t mla_scratch_floats(int64_t d, int64_t dv, int64_t heads) {
-  const int64_t dp = (d + 31) / 32 * 32, dvp = (dv + 31) / 32 * 32;
-  return kAttnChunkTokens * dp + heads * dvp + 2 * heads + heads * dp + kAttnChunkTokens + 64;
+  const int64_t dp = (d + 63) / 64 * 64, dvp = (dv + 63) / 64 * 64;  // padded to the widest column block
+  return kAttnChunkTokens * dp + d * kAttnChunkTokens + heads * dvp + 2 * heads + heads * dp +
+         heads * kAttnChunkTokens + 64;
 }
 
 struct Kernels {
