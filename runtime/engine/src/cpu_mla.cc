@@ -116,17 +116,27 @@ Result<CpuBackend::Mla> CpuBackend::load_mla(const std::string& p) {
   std::vector<float> kvb(static_cast<size_t>(A * (nope + v) * kvl));
   m::DType target = m::DType::kF16;
   if (w.format == m::WeightFormat::kDense) {
-    INFERGATE_ASSIGN_OR_RETURN(Linear tmp, load_linear(name, A * (nope + v), kvl, false));
-    weight_bytes_ -= static_cast<int64_t>(kvb.size()) *
-                     (tmp.f32 ? 4 : 2);  // counted below as the re-laid-out copies instead
-    if (tmp.f32) {
-      std::memcpy(kvb.data(), tmp.f32, kvb.size() * 4);
-      target = m::DType::kF32;
-    } else {
-      ENGINE_K(k::dequantize_weight_cpu(tmp.view, k::contiguous(kvb.data(), A * (nope + v), kvl)), name);
-      target = tmp.view.layout.format == k::WeightFormat::kBF16 ? m::DType::kBF16 : m::DType::kF16;
+    const m::TensorView& t = w.dense;
+    if (t.dtype != m::DType::kF16 && t.dtype != m::DType::kBF16 && t.dtype != m::DType::kF32) {
+      return invalid_argument("weight " + name + " has dtype " + std::string(m::dtype_name(t.dtype)))
+          .with_reason("TensorDtypeMismatch")
+          .with_detail("tensor", name);
     }
-  } else {
+    for (size_t i = 0; i < kvb.size(); ++i) {
+      uint16_t h = 0;
+      if (t.dtype != m::DType::kF32) std::memcpy(&h, t.data + 2 * i, 2);
+      if (t.dtype == m::DType::kF32) std::memcpy(&kvb[i], t.data + 4 * i, 4);
+      if (t.dtype == m::DType::kF16) kvb[i] = m::f16_to_f32(h);
+      if (t.dtype == m::DType::kBF16) kvb[i] = m::bf16_to_f32(h);
+    }
+    // The float dtype the other dense layers get (load_linear's rule).
+    const WeightFormat want = options_.weight_format;
+    target = want == WeightFormat::kF32    ? m::DType::kF32
+             : want == WeightFormat::kBF16 ? m::DType::kBF16
+             : want == WeightFormat::kF16  ? m::DType::kF16
+             : t.dtype == m::DType::kF32   ? m::DType::kF16
+                                           : t.dtype;
+  } else {  // a third party's quantized kv_b_proj
     INFERGATE_ASSIGN_OR_RETURN(k::WeightView kv, m::kernel_weight_view(w));
     ENGINE_K(k::dequantize_weight_cpu(kv, k::contiguous(kvb.data(), A * (nope + v), kvl)), name);
     if (options_.weight_format == WeightFormat::kBF16) target = m::DType::kBF16;
