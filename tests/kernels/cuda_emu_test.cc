@@ -1,4 +1,5 @@
-// The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), run on the
+// The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh) and MoE
+// routing (moe_route.cuh), run on the
 // CPU emulator of the CUDA execution model (emu/cuda_emu.h) against the scalar references: their
 // indexing, cp.async pipelines (both legal completion orders), masking, softmax and merges are checked
 // on every machine, GPU or not. The same kernels run on the GPU in kernels_cuda_tests.
@@ -15,6 +16,7 @@
 
 #include "cuda/attention_decode.cuh"
 #include "cuda/gemv_stream.cuh"
+#include "cuda/moe_route.cuh"
 #include "infergate/kernels/cuda_layouts.h"
 #include "infergate/kernels/ref.h"
 #include "kernels/test_util.h"
@@ -316,6 +318,62 @@ TEST(CudaEmuDecode, CoversRowTilesForcedSplitsPipelineDepthsAndEmptySequences) {
   }
   emu::g_cp_immediate = false;
   run_decode(rng, {KvDtype::kInt4, 16, 1, 8, 128, {16, 15}, {1, 1}, 0, 16, 3});  // exact and short chunks
+}
+
+// The routing kernel, one warp per token, against moe_route_ref on DeepSeek-V3's (256 experts in 8
+// groups, 4 kept, top 8), Kimi K2's (384, one group), GLM-4.5's (160, one group) and small odd shapes,
+// with and without the bias, normalisation and softmax scores.
+TEST(CudaEmuMoe, RoutingMatchesTheReference) {
+  Rng rng(501);
+  SCOPED_TRACE(rng.trace());
+  struct Shape {
+    int32_t experts, top_k, groups, topk_groups;
+    bool bias, normalize, softmax;
+    int64_t tokens;
+  };
+  const Shape shapes[] = {{256, 8, 8, 4, true, true, false, 9}, {384, 8, 1, 1, true, true, false, 5},
+                          {160, 8, 1, 1, true, true, false, 6}, {12, 3, 4, 2, true, false, false, 7},
+                          {8, 2, 2, 1, false, true, false, 4},  {33, 5, 1, 1, false, false, true, 3},
+                          {64, 32, 1, 1, true, true, false, 2}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE("experts " + std::to_string(sh.experts) + " top " + std::to_string(sh.top_k) + " groups " +
+                 std::to_string(sh.groups));
+    std::vector<float> logits = rng.normals(static_cast<size_t>(sh.tokens * sh.experts), 1.5f);
+    std::vector<float> bias = rng.normals(static_cast<size_t>(sh.experts), 0.1f);
+    MoeRouting r;
+    r.num_experts = sh.experts;
+    r.top_k = sh.top_k;
+    r.num_groups = sh.groups;
+    r.topk_groups = sh.topk_groups;
+    r.softmax = sh.softmax;
+    r.normalize = sh.normalize;
+    r.scaling = 2.5f;
+    r.bias = sh.bias ? bias.data() : nullptr;
+    std::vector<int32_t> want_e(static_cast<size_t>(sh.tokens * sh.top_k)), got_e(want_e.size(), -1);
+    std::vector<float> want_w(want_e.size()), got_w(want_e.size(), NAN);
+    ASSERT_TRUE(moe_route_ref(r, contiguous<const float>(logits.data(), sh.tokens, sh.experts), want_e.data(),
+                              want_w.data())
+                    .ok());
+    cuda::moe::RouteArgs a;
+    a.logits = logits.data();
+    a.row_stride = sh.experts;
+    a.tokens = sh.tokens;
+    a.num_experts = sh.experts;
+    a.top_k = sh.top_k;
+    a.num_groups = sh.groups;
+    a.topk_groups = sh.topk_groups;
+    a.softmax = sh.softmax;
+    a.normalize = sh.normalize;
+    a.scaling = r.scaling;
+    a.bias = r.bias;
+    a.experts = got_e.data();
+    a.weights = got_w.data();
+    const unsigned blocks = static_cast<unsigned>((sh.tokens + cuda::moe::kWarps - 1) / cuda::moe::kWarps);
+    emu::launch({blocks}, {cuda::moe::kWarps * 32}, cuda::moe::route_smem_bytes(sh.experts),
+                [&] { cuda::moe::moe_route_kernel<>(a); });
+    EXPECT_EQ(got_e, want_e);
+    EXPECT_TRUE(testing::all_close(got_w, want_w, 1e-6f, 1e-5f));
+  }
 }
 
 }  // namespace

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "infergate/kernels/ref.h"
+#include "moe.h"
 #include "validate.h"
 
 namespace infergate::kernels {
-namespace {
 
 Status validate_moe_routing(const MoeRouting& r, View2<const float> logits, const char* op) {
   const std::string o(op);
@@ -39,8 +39,6 @@ Status validate_moe_routing(const MoeRouting& r, View2<const float> logits, cons
   INFERGATE_K_RETURN_IF_ERROR(validate_view2(logits, logits.rows, r.num_experts, op, "logits"));
   return ok_status();
 }
-
-}  // namespace
 
 Status moe_route_ref(const MoeRouting& r, View2<const float> logits, int32_t* experts, float* weights) {
   INFERGATE_K_RETURN_IF_ERROR(validate_moe_routing(r, logits, "moe_route"));

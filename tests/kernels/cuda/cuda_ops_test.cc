@@ -196,6 +196,35 @@ void emulate_mma(const float a[32][8], const float b[32][4], float d[16][8]) {
   }
 }
 
+// ---- mixture of experts ----
+
+// The routing kernel on the device (its logic is also checked on the CPU emulator, CudaEmuMoe):
+// DeepSeek-V3's shape (256 experts, 8 groups, 4 kept, top 8) for a prefill-sized batch.
+TEST_F(CudaOps, MoeRoutingMatchesTheReference) {
+  Rng rng(502);
+  const int64_t tokens = 1000;
+  const int32_t experts = 256, top = 8;
+  std::vector<float> logits = rng.normals(static_cast<size_t>(tokens * experts), 1.5f);
+  std::vector<float> bias = rng.normals(experts, 0.1f);
+  MoeRouting r;
+  r.num_experts = experts;
+  r.top_k = top;
+  r.num_groups = 8;
+  r.topk_groups = 4;
+  r.scaling = 2.5f;
+  r.bias = bias.data();
+  std::vector<int32_t> want_e(static_cast<size_t>(tokens * top));
+  std::vector<float> want_w(want_e.size());
+  ok(moe_route_ref(r, contiguous<const float>(logits.data(), tokens, experts), want_e.data(), want_w.data()));
+  DeviceBuffer dl(logits), db(bias), de(want_e.size() * 4), dw(want_w.size() * 4);
+  MoeRouting rd = r;
+  rd.bias = db.get<float>();
+  ok(cuda::moe_route(rd, contiguous<const float>(dl.get<float>(), tokens, experts), de.get<int32_t>(),
+                     dw.get<float>(), nullptr));
+  EXPECT_EQ(de.download<int32_t>(want_e.size()), want_e);
+  EXPECT_TRUE(testing::all_close(dw.download<float>(want_w.size()), want_w, 1e-6f, 1e-5f));
+}
+
 TEST(CudaLayouts, Int4PackingFeedsEveryMmaFragmentItsOwnElements) {
   Rng rng(703);
   SCOPED_TRACE(rng.trace());

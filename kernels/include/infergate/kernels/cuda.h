@@ -57,6 +57,13 @@ Status pack_int4_for_mma_host(const WeightView& w, void* packed);
 Status linear(View2<const float> x, const WeightView& w, const void* int4_packed, const float* bias,
               View2<float> y, Stream stream);
 
+// ---- mixture of experts ----
+// moe_route_ref's rule on the device (logits, experts, weights and r.bias are device memory), one warp
+// per token; at most 1024 experts, 32 groups and top 32 (Unsupported beyond). Non-finite logits are
+// not detected on the device (the reference refuses them).
+Status moe_route(const MoeRouting& r, View2<const float> logits, int32_t* experts, float* weights,
+                 Stream stream);
+
 // ---- KV cache ----
 
 // Bit-identical pages (and staging windows) to kv_append_ref. The KvAppend contract holds: within
