@@ -26,7 +26,8 @@ Status rope_inv_freq(const RopeConfig& c, std::vector<float>* inv_freq) {
         "original_max_position_embeddings > 0");
   }
   const YarnRopeScaling& y = c.yarn;
-  if (y.enabled && !(y.factor >= 1.0f && y.original_max_position > 0 && y.beta_fast > 0.0f && y.beta_slow > 0.0f)) {
+  if (y.enabled &&
+      !(y.factor >= 1.0f && y.original_max_position > 0 && y.beta_fast > 0.0f && y.beta_slow > 0.0f)) {
     return invalid_argument(
         "rope: yarn scaling needs factor >= 1, original_max_position_embeddings > 0 and positive beta_fast, "
         "beta_slow");

@@ -4,9 +4,9 @@
 // GlmForCausalLM and Glm4ForCausalLM (partial rotary over interleaved pairs, fused gate_up_proj; Glm4
 // adds post-attention and post-MLP norms), Glm4MoeForCausalLM (GLM-4.5 / 4.6: routed and shared
 // experts, per-head q/k norms, partial rotate-half rotary) and DeepseekV3ForCausalLM (also Kimi-K2:
-// multi-head latent attention with interleaved rope and YaRN, and routed experts): all of them. Field names and
-// defaults follow huggingface/transformers' configuration and modelling code. A bad config gets an error with
-// the reason "InvalidConfig" and a detail "field" naming the offending field.
+// multi-head latent attention with interleaved rope and YaRN, and routed experts): all of them. Field names
+// and defaults follow huggingface/transformers' configuration and modelling code. A bad config gets an error
+// with the reason "InvalidConfig" and a detail "field" naming the offending field.
 #pragma once
 
 #include <cstdint>
