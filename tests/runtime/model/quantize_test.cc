@@ -257,6 +257,9 @@ TEST(Quantize, CompressesLinearWeightsButNotEmbeddingsNormsRouterOrLmHead) {
   EXPECT_FALSE(quantizer_compresses({"model.layers.0.input_layernorm.weight", {64}}, false));
   EXPECT_FALSE(quantizer_compresses({"model.layers.0.self_attn.q_proj.bias", {64}}, false));
   EXPECT_FALSE(quantizer_compresses({"model.layers.3.mlp.gate.weight", {8, 64}}, false));
+  EXPECT_FALSE(quantizer_compresses({"model.layers.3.self_attn.kv_b_proj.weight", {512, 64}}, false))
+      << "MLA's kv_b_proj is re-laid out per head at load, from a dense copy";
+  EXPECT_TRUE(quantizer_compresses({"model.layers.3.self_attn.kv_a_proj_with_mqa.weight", {80, 64}}, false));
   EXPECT_FALSE(quantizer_compresses({"lm_head.weight", {300, 64}}, false));
   EXPECT_TRUE(quantizer_compresses({"lm_head.weight", {300, 64}}, true));
 }

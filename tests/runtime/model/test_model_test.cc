@@ -190,6 +190,40 @@ TEST(TestModel, Glm4MoeHasDenseLeadingLayersRoutedExpertsASharedExpertAndARouter
   EXPECT_LT(std::sqrt(ss / 6), 0.3);
 }
 
+TEST(TestModel, DeepseekV3HasLatentAttentionYarnAndLatentOutliersCompensatedInKvBProj) {
+  auto dir = testing::temp_dir();
+  auto o = small(dir.path() / "m", Architecture::kDeepseekV3);
+  o.dtype = DType::kF32;
+  o.outlier_channels = 3;
+  o.mla.kimi = true;
+  ASSERT_TRUE(make_test_model(o).ok());
+  auto m = Model::open(o.out);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.model_type, "kimi_k2");
+  ASSERT_TRUE(c.mla.has_value());
+  EXPECT_EQ(c.mla->q_lora_rank, 32);
+  EXPECT_EQ(c.mla->kv_lora_rank, 64);
+  EXPECT_EQ(c.rope_layout, RopeLayout::kInterleaved);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::kYarn);
+  EXPECT_EQ(c.kv_cache_values_per_token_per_layer(), 64 + 16);
+  EXPECT_TRUE(m->has_tensor("model.layers.1.mlp.experts.7.up_proj.weight"));
+  auto norm = as_floats(*m->tensor("model.layers.0.self_attn.kv_a_layernorm.weight"));
+  auto kvb = as_floats(*m->tensor("model.layers.0.self_attn.kv_b_proj.weight"));  // [A x 32, 64]
+  int big = 0;
+  for (size_t j = 0; j < norm.size(); ++j) {
+    if (norm[j] < 4) continue;
+    ++big;
+    double col = 0, other = 0;
+    for (size_t r = 0; r < kvb.size() / 64; ++r) {
+      col += std::abs(kvb[r * 64 + j]);
+      other += std::abs(kvb[r * 64 + (j + 1) % 64]);
+    }
+    EXPECT_LT(col * 8, other) << "column " << j << " of kv_b_proj is scaled down to compensate";
+  }
+  EXPECT_EQ(big, 3);
+}
+
 TEST(TestModel, WithQkNormsTheOutliersSitOnKNormAndQNormCompensates) {
   auto dir = testing::temp_dir();
   auto o = small(dir.path() / "m", Architecture::kGlm4Moe);
