@@ -52,7 +52,11 @@ k::SourceDtype source_dtype(m::DType d) {
                                 : k::SourceDtype::kF32;
 }
 
-float element(const m::TensorView& t, uint64_t i) {
+bool is_float_dtype(m::DType d) { return d == m::DType::kF16 || d == m::DType::kBF16 || d == m::DType::kF32; }
+
+}  // namespace
+
+float tensor_element(const m::TensorView& t, uint64_t i) {
   switch (t.dtype) {
     case m::DType::kF16: {
       uint16_t h;
@@ -72,9 +76,11 @@ float element(const m::TensorView& t, uint64_t i) {
   }
 }
 
-bool is_float_dtype(m::DType d) { return d == m::DType::kF16 || d == m::DType::kBF16 || d == m::DType::kF32; }
-
-}  // namespace
+float smoothing_factor(double magnitude, double median) {
+  if (!(median > 0)) return 1.0f;
+  const int e = static_cast<int>(std::floor(std::log2(magnitude / median) + 0.5));
+  return e <= 0 ? 1.0f : std::ldexp(1.0f, -std::min(e, 12));
+}
 
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -115,7 +121,7 @@ Result<std::vector<float>> CpuBackend::vector_f32(std::string_view name, int64_t
         .with_detail("tensor", std::string(name));
   }
   std::vector<float> v(static_cast<size_t>(expect));
-  for (uint64_t i = 0; i < v.size(); ++i) v[i] = element(t, i);
+  for (uint64_t i = 0; i < v.size(); ++i) v[i] = tensor_element(t, i);
   return v;
 }
 
@@ -165,7 +171,7 @@ Result<CpuBackend::Linear> CpuBackend::load_linear(std::string_view name, int64_
       AlignedBuffer buf(n * m::dtype_size(target));
       if (!buf.data()) return resource_exhausted("out of memory converting " + std::string(name));
       for (size_t i = 0; i < n; ++i) {
-        const float f = element(w.dense, i);
+        const float f = tensor_element(w.dense, i);
         if (target == m::DType::kF32) {
           reinterpret_cast<float*>(buf.data())[i] = f;
         } else {
@@ -289,10 +295,8 @@ Status CpuBackend::smooth_keys(Layer& L, std::string_view prefix) {
       // The channel RoPE rotates with j: both get the same factor so that rotation commutes.
       int64_t partner = j;
       if (j < r) partner = interleaved ? (j ^ 1) : (j < r / 2 ? j + r / 2 : j - r / 2);
-      const double m_pair = std::max(m_h[j], m_h[partner]);
-      const int e = static_cast<int>(std::floor(std::log2(m_pair / median) + 0.5));
-      if (e <= 0) continue;
-      const float f = std::ldexp(1.0f, -std::min(e, 12));
+      const float f = smoothing_factor(std::max(m_h[j], m_h[partner]), median);
+      if (f == 1.0f) continue;
       kf[static_cast<size_t>(h * D + j)] = f;
       ++smoothed_channels_;
       for (int64_t q = h * (Hq / Hk); q < (h + 1) * (Hq / Hk); ++q)
@@ -726,9 +730,10 @@ Status CpuBackend::moe_mlp(const Moe& m, const float* h, int64_t t, float* y) {
   for (int64_t e = 0; e < E; ++e)
     expert_offsets_[static_cast<size_t>(e) + 1] += expert_offsets_[static_cast<size_t>(e)];
   expert_rows_.resize(static_cast<size_t>(P));
-  std::vector<int32_t> fill(expert_offsets_.begin(), expert_offsets_.end() - 1);
+  expert_fill_.assign(expert_offsets_.begin(), expert_offsets_.end() - 1);
   for (int64_t i = 0; i < P; ++i) {
-    expert_rows_[static_cast<size_t>(fill[static_cast<size_t>(route_experts_[static_cast<size_t>(i)])]++)] =
+    expert_rows_[static_cast<size_t>(
+        expert_fill_[static_cast<size_t>(route_experts_[static_cast<size_t>(i)])]++)] =
         static_cast<int32_t>(i);
   }
   const int64_t W = m.experts.front().down.cols, Ws = m.shared.down.cols;

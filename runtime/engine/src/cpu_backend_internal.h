@@ -61,6 +61,12 @@ inline Error kernel_error(const kernels::Status& s, std::string_view what) {
 // Refuses rope scaling the engine cannot apply exactly: default, llama3 and YaRN whose cos/sin factor
 // is 1 (mscale == mscale_all_dim, as DeepSeek-V3 and Kimi K2 publish) run (UnsupportedRopeScaling).
 Status check_rope_scaling(const model::ModelConfig& c);
+// Element i of a float tensor (F16, BF16 or F32) as fp32.
+float tensor_element(const model::TensorView& t, uint64_t i);
+// Key smoothing's factor for a channel of size `magnitude` in a head whose median channel is
+// `median`: 2^-e when it stands 2^e (rounded, e >= 1, at most 12) above, else 1. Powers of two keep
+// the rescaling exact.
+float smoothing_factor(double magnitude, double median);
 // MLA's softmax scale: 1 / sqrt(qk_nope + qk_rope), times mscale(factor, mscale_all_dim)^2 under YaRN.
 float mla_softmax_scale(const model::ModelConfig& c);
 
@@ -247,7 +253,7 @@ class CpuBackend final : public Backend {
   // Routing workspaces: router logits [T, experts], chosen experts and weights [T, top_k], and the
   // tokens grouped by expert (gathered inputs and the expert's outputs).
   std::vector<float> router_logits_, route_weights_, expert_x_, expert_y_, expert_gu_, expert_act_;
-  std::vector<int32_t> route_experts_, expert_offsets_, expert_rows_;
+  std::vector<int32_t> route_experts_, expert_offsets_, expert_rows_, expert_fill_;
   std::vector<Product> products_;
   std::vector<kernels::LinearProduct> grouped_;
 };

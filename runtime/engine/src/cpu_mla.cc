@@ -122,13 +122,7 @@ Result<CpuBackend::Mla> CpuBackend::load_mla(const std::string& p) {
           .with_reason("TensorDtypeMismatch")
           .with_detail("tensor", name);
     }
-    for (size_t i = 0; i < kvb.size(); ++i) {
-      uint16_t h = 0;
-      if (t.dtype != m::DType::kF32) std::memcpy(&h, t.data + 2 * i, 2);
-      if (t.dtype == m::DType::kF32) std::memcpy(&kvb[i], t.data + 4 * i, 4);
-      if (t.dtype == m::DType::kF16) kvb[i] = m::f16_to_f32(h);
-      if (t.dtype == m::DType::kBF16) kvb[i] = m::bf16_to_f32(h);
-    }
+    for (size_t i = 0; i < kvb.size(); ++i) kvb[i] = tensor_element(t, i);
     // The float dtype the other dense layers get (load_linear's rule).
     const WeightFormat want = options_.weight_format;
     target = want == WeightFormat::kF32    ? m::DType::kF32
@@ -151,10 +145,9 @@ Result<CpuBackend::Mla> CpuBackend::load_mla(const std::string& p) {
     std::vector<double> sorted = mag;
     std::nth_element(sorted.begin(), sorted.begin() + kvl / 2, sorted.end());
     const double median = sorted[static_cast<size_t>(kvl / 2)];
-    for (int64_t j = 0; j < kvl && median > 0; ++j) {
-      const int e = static_cast<int>(std::floor(std::log2(mag[static_cast<size_t>(j)] / median) + 0.5));
-      if (e <= 0) continue;
-      f[static_cast<size_t>(j)] = std::ldexp(1.0f, -std::min(e, 12));
+    for (int64_t j = 0; j < kvl; ++j) {
+      f[static_cast<size_t>(j)] = smoothing_factor(mag[static_cast<size_t>(j)], median);
+      if (f[static_cast<size_t>(j)] == 1.0f) continue;
       M.kv_a_norm[static_cast<size_t>(j)] *= f[static_cast<size_t>(j)];
       ++smoothed_channels_;
     }

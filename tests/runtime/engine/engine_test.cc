@@ -23,32 +23,6 @@ class EngineTest : public ::testing::Test {
   const std::vector<int32_t> c_ = {123};
 };
 
-// Steps every unfinished sequence in `ids` together until all finish; returns their tokens.
-std::vector<std::vector<int32_t>> run_together(Engine& e, const std::vector<SeqId>& ids) {
-  std::vector<std::vector<int32_t>> out(ids.size());
-  for (int guard = 0; guard < 1000; ++guard) {
-    std::vector<StepRequest> reqs;
-    for (SeqId id : ids) {
-      if (e.sequence(id)->status != SequenceStatus::kFinished) reqs.push_back({id, 0});
-    }
-    if (reqs.empty()) break;
-    auto r = e.step(reqs);
-    EXPECT_TRUE(r.ok()) << r.error().to_string();
-    if (!r.ok()) break;
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    for (const auto& t : e.sequence(ids[i])->output) out[i].push_back(t.token);
-  }
-  return out;
-}
-
-SamplingParams greedy_params(int32_t n) {
-  SamplingParams p;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
-
 TEST_F(EngineTest, ABatchOfDifferentLengthsGivesTheTokensEachSequenceGetsAlone) {
   auto e = make_engine(model_, {});
   ASSERT_TRUE(e);

@@ -70,13 +70,6 @@ const std::vector<int32_t> kB = {44, 2,   19, 250, 77, 61, 13, 90, 18, 101,
                                  6,  201, 45, 300, 1,  9,  55, 23, 87, 15};
 const std::vector<int32_t> kC = {123};
 
-SamplingParams greedy_params(int32_t n) {
-  SamplingParams p;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
-
 class MoeEveryFormat : public ::testing::TestWithParam<std::tuple<m::Architecture, Weights, KvCacheDtype>> {};
 
 TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDecode) {
@@ -86,20 +79,9 @@ TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDe
   const auto alone_a = greedy(*e, kA, 10), alone_b = greedy(*e, kB, 10), alone_c = greedy(*e, kC, 10);
   std::vector<SeqId> ids = {*e->add_sequence(kA, greedy_params(10)), *e->add_sequence(kB, greedy_params(10)),
                             *e->add_sequence(kC, greedy_params(10))};
-  for (int guard = 0; guard < 100; ++guard) {
-    std::vector<StepRequest> reqs;
-    for (SeqId id : ids) {
-      if (e->sequence(id)->status != SequenceStatus::kFinished) reqs.push_back({id, 0});
-    }
-    if (reqs.empty()) break;
-    ASSERT_TRUE(e->step(reqs).ok());
-  }
-  const std::vector<std::vector<int32_t>> alone = {alone_a, alone_b, alone_c};
-  for (size_t i = 0; i < ids.size(); ++i) {
-    std::vector<int32_t> got;
-    for (const auto& t : e->sequence(ids[i])->output) got.push_back(t.token);
-    EXPECT_EQ(got, alone[i]) << "sequence " << i;
-  }
+  const std::vector<std::vector<int32_t>> alone = {alone_a, alone_b, alone_c},
+                                          together = run_together(*e, ids);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "sequence " << i;
   // One prefill (each expert once over its tokens) against one token per step, where decode attention
   // is exact. Over int8 and int4 pages decode quantizes q to 8 bits (attn_vnni.cc), and int4-kivi reads
   // a page's keys in fp16 until the page seals but in int4 afterwards: both differ from a prefill by

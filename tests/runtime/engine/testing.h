@@ -54,6 +54,11 @@ std::filesystem::path with_config(const std::filesystem::path& src, const std::f
 // The error load_engine gives for the directory (failing the test if it loads).
 Error load_error(const std::filesystem::path& dir, KvCacheDtype kv = KvCacheDtype::kF16);
 
+// Greedy sampling of up to n tokens, past the end-of-sequence tokens.
+SamplingParams greedy_params(int32_t n);
+// Steps every unfinished sequence in `ids` together until all finish; returns their tokens.
+std::vector<std::vector<int32_t>> run_together(Engine& e, const std::vector<SeqId>& ids);
+
 // Greedy generation of n tokens (ids) from a prompt, through generate().
 std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int32_t n);
 
