@@ -266,6 +266,56 @@ BENCHMARK(BM_LinearEngineShape)
     ->UseRealTime()
     ->MinTime(0.3);
 
+// ---- prefill: a 512-token prompt through the 1.1B Llama's gate projection (5632 x 2048), compute bound.
+// int4 on the exact loops (int path 0: x in fp32, a multiply-add per weight and row of x) and on the
+// integer ones (1: x quantized to int8, vpdpbusd; AVX-512 VNNI only, else skipped), fp16 and int8 as
+// the baselines of the same run. Counter GMAC/s: multiply-adds per second.
+void BM_LinearPrefill(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const bool int_path = state.range(1) != 0;
+  const int64_t n = 5632, k = 2048, m = 512;
+  set_cpu_int_linear(int_path);
+  if (int_path && !cpu_int_linear()) {
+    set_cpu_int_linear(true);
+    state.SkipWithError("no AVX-512 VNNI: the integer path does not run here");
+    return;
+  }
+  const WeightLayout layout{f, n, k, is_int4(f) ? 128 : 0, ScaleDtype::kF16};
+  const WeightBytes b = weight_bytes(layout);
+  std::vector<uint8_t> data(static_cast<size_t>(b.data)), zeros(static_cast<size_t>(b.zeros));
+  std::vector<uint16_t> scales(static_cast<size_t>(b.scales / 2));
+  std::vector<float> src = normals(static_cast<size_t>(n * k), 0.02f);
+  if (!quantize_weight_cpu({src.data(), SourceDtype::kF32, n, k, k}, layout,
+                           {data.data(), scales.data(), zeros.empty() ? nullptr : zeros.data()})
+           .ok()) {
+    std::abort();
+  }
+  const WeightView w{layout, data.data(), scales.empty() ? nullptr : scales.data(),
+                     zeros.empty() ? nullptr : zeros.data()};
+  std::vector<float> x = normals(static_cast<size_t>(m * k), 1.0f);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    Status s = linear_cpu(contiguous<const float>(x.data(), m, k), w, nullptr, contiguous(y.data(), m, n));
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::ClobberMemory();
+  }
+  set_cpu_int_linear(true);
+  state.counters["GMAC/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(m * n * k) * 1e-9,
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(weight_format_name(f)) + (int_path ? " int8 x" : "") + " 5632x2048 M=512");
+}
+BENCHMARK(BM_LinearPrefill)
+    ->Name("linear_prefill")
+    ->Args({static_cast<int>(WeightFormat::kF16), 0})
+    ->Args({static_cast<int>(WeightFormat::kInt8), 0})
+    ->Args({static_cast<int>(WeightFormat::kInt4Asym), 0})
+    ->Args({static_cast<int>(WeightFormat::kInt4Asym), 1})
+    ->Args({static_cast<int>(WeightFormat::kInt4Sym), 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
 // ---- decode attention: 8 sequences x 4096 tokens, 32 query / 8 KV heads, head_dim 128 ----
 // One step's pages are 37.7 MB in int4 (44 MB int4-kivi): less than the 48 MiB LLC of the machine
 // this was tuned on, so step after step they could stay cached, which a real decode step (every

@@ -2,7 +2,9 @@
 // of shapes (tiny, odd, not a multiple of the group or the vector width), with and without bias.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "infergate/kernels/cpu.h"
@@ -67,6 +69,26 @@ Weight make_weight(Rng& rng, const WeightLayout& l) {
   return ::testing::AssertionSuccess();
 }
 
+// Whether linear_cpu takes the integer int4 path (linear_int4_a8_ref) for this layout right now.
+bool int_path_now(const WeightLayout& l) {
+  return cpu_int_linear() && is_int4(l.format) && l.cols % l.group_size == 0 && l.cols / l.group_size <= 1024;
+}
+
+// Runs fn(isa) per instruction set, and on AVX-512 with VNNI once more with the integer int4 path
+// off, so both the exact loops and the integer ones are checked there.
+template <class Fn>
+void for_each_path(Fn&& fn) {
+  testing::for_each_isa([&](CpuIsa isa) {
+    set_cpu_int_linear(false);
+    fn(isa);
+    set_cpu_int_linear(true);
+    if (cpu_int_linear()) {
+      SCOPED_TRACE("integer int4 path");
+      fn(isa);
+    }
+  });
+}
+
 void check(Rng& rng, const WeightLayout& l, int64_t m, bool with_bias) {
   SCOPED_TRACE(::testing::Message() << weight_format_name(l.format) << " g" << l.group_size << " "
                                     << scale_dtype_name(l.scale_dtype) << " M" << m << " N" << l.rows << " K"
@@ -79,12 +101,19 @@ void check(Rng& rng, const WeightLayout& l, int64_t m, bool with_bias) {
   ASSERT_TRUE(linear_ref(contiguous<const float>(x.data(), m, l.cols), w.view(), b,
                          contiguous(want.data(), m, l.rows))
                   .ok());
-  testing::for_each_isa([&](CpuIsa) {
+  std::vector<float> want_a8;
+  if (is_int4(l.format) && l.cols % l.group_size == 0) {
+    want_a8.resize(want.size());
+    ASSERT_TRUE(linear_int4_a8_ref(contiguous<const float>(x.data(), m, l.cols), w.view(), b,
+                                   contiguous(want_a8.data(), m, l.rows))
+                    .ok());
+  }
+  for_each_path([&](CpuIsa) {
     std::fill(got.begin(), got.end(), NAN);
     const Status s = linear_cpu(contiguous<const float>(x.data(), m, l.cols), w.view(), b,
                                 contiguous(got.data(), m, l.rows));
     ASSERT_TRUE(s.ok()) << s.to_string();
-    EXPECT_TRUE(close_to_ref(w, x, m, got, want));
+    EXPECT_TRUE(close_to_ref(w, x, m, got, int_path_now(l) ? want_a8 : want));
   });
 }
 
@@ -365,6 +394,107 @@ TEST(LinearCpu, GroupedNamesTheProductThatDoesNotFitAndWritesNothing) {
   EXPECT_TRUE(std::isnan(ya[0]));
   EXPECT_EQ(linear_grouped_cpu(nullptr, 1).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(linear_grouped_cpu(products, 0).ok());
+}
+
+// The integer path's contract (linear_int4_a8_ref) against the exact product: within the documented
+// bound sum_g (s_g / 2) sum_{k in g} |w_k| per output, on inputs with outlier channels (the case per-group
+// scales are for), and no looser than it needs to be (the bound is within 50x of the error seen).
+TEST(LinearInt4A8Ref, StaysWithinItsErrorBoundOfTheExactProduct) {
+  Rng rng(311);
+  SCOPED_TRACE(rng.trace());
+  for (WeightFormat f : {WeightFormat::kInt4Sym, WeightFormat::kInt4Asym}) {
+    for (int32_t g : kInt4GroupSizes) {
+      const WeightLayout l{f, 24, 768, g, ScaleDtype::kF16};
+      const Weight w = make_weight(rng, l);
+      const int64_t m = 5;
+      std::vector<float> x = rng.normals(static_cast<size_t>(m * l.cols));
+      for (int64_t i = 0; i < m; ++i) x[static_cast<size_t>(i * l.cols + 7 + 97 * i)] *= 40.0f;  // outliers
+      std::fill(x.begin() + 2 * l.cols, x.begin() + 2 * l.cols + g, 0.0f);  // an all-zero group
+      std::vector<float> exact(static_cast<size_t>(m * l.rows)), a8(exact.size());
+      ASSERT_TRUE(linear_ref(contiguous<const float>(x.data(), m, l.cols), w.view(), nullptr,
+                             contiguous(exact.data(), m, l.rows))
+                      .ok());
+      ASSERT_TRUE(linear_int4_a8_ref(contiguous<const float>(x.data(), m, l.cols), w.view(), nullptr,
+                                     contiguous(a8.data(), m, l.rows))
+                      .ok());
+      std::vector<float> dq(static_cast<size_t>(l.rows * l.cols));
+      ASSERT_TRUE(dequantize_weight_ref(w.view(), contiguous(dq.data(), l.rows, l.cols)).ok());
+      double worst = 0;  // largest error / bound
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t n = 0; n < l.rows; ++n) {
+          double bound = 0;
+          for (int64_t g0 = 0; g0 < l.cols; g0 += g) {
+            float amax = 0;
+            double wsum = 0;
+            for (int64_t k = g0; k < g0 + g; ++k) {
+              amax = std::max(amax, std::fabs(x[static_cast<size_t>(i * l.cols + k)]));
+              wsum += std::fabs(dq[static_cast<size_t>(n * l.cols + k)]);
+            }
+            bound += amax / 127.0 / 2 * wsum;
+          }
+          const double err = std::fabs(static_cast<double>(a8[i * l.rows + n]) - exact[i * l.rows + n]);
+          ASSERT_LE(err, bound * (1 + 1e-5) + 1e-6)
+              << weight_format_name(f) << " g" << g << " y[" << i << "," << n << "]";
+          worst = std::max(worst, err / bound);
+        }
+      }
+      EXPECT_GT(worst, 0.02) << "the bound is far looser than the error";
+    }
+  }
+}
+
+TEST(LinearInt4A8Ref, RefusesLayoutsItHasNoContractFor) {
+  Rng rng(312);
+  const Weight w = make_weight(rng, {WeightFormat::kInt4Sym, 4, 96, 64, ScaleDtype::kF16});
+  std::vector<float> x(96), y(4);
+  const Status s = linear_int4_a8_ref(contiguous<const float>(x.data(), 1, 96), w.view(), nullptr,
+                                      contiguous(y.data(), 1, 4));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("K (96)"), std::string::npos) << s.to_string();
+  const Weight d = make_weight(rng, {WeightFormat::kInt8, 4, 96, 0, ScaleDtype::kF16});
+  EXPECT_FALSE(linear_int4_a8_ref(contiguous<const float>(x.data(), 1, 96), d.view(), nullptr,
+                                  contiguous(y.data(), 1, 4))
+                   .ok());
+}
+
+// The integer path over shapes that reach each of its edges: K with a partial last block of 128 (32,
+// 96, 160, 224 columns), tiles of 8 rows with 1..7 left over, rows of x across passes of 64 (63, 64,
+// 65, 130), scale dtypes; and every row of a 130-row batch bit for bit what it gets alone.
+TEST(LinearCpu, IntegerInt4PathMatchesItsContractAtEveryEdgeAndIsBatchInvariant) {
+  set_cpu_int_linear(true);
+  if (!cpu_int_linear()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact int4 loops run";
+  Rng rng(313);
+  SCOPED_TRACE(rng.trace());
+  for (WeightFormat f : {WeightFormat::kInt4Sym, WeightFormat::kInt4Asym}) {
+    for (int32_t g : kInt4GroupSizes) {
+      for (int64_t k : {int64_t{32}, int64_t{96}, int64_t{128}, int64_t{160}, int64_t{224}, int64_t{640}}) {
+        if (k % g != 0) continue;
+        for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{13}}) {
+          for (int64_t m : {int64_t{1}, int64_t{63}, int64_t{65}})
+            check(rng, {f, n, k, g, (n + m) % 2 == 0 ? ScaleDtype::kF16 : ScaleDtype::kBF16}, m, n == 13);
+        }
+      }
+    }
+  }
+  const WeightLayout l{WeightFormat::kInt4Asym, 45, 5632, 128, ScaleDtype::kF16};
+  const Weight w = make_weight(rng, l);
+  const int64_t m = 130;
+  std::vector<float> x = rng.normals(static_cast<size_t>(m * l.cols));
+  std::vector<float> batch(static_cast<size_t>(m * l.rows)), one(static_cast<size_t>(l.rows));
+  ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data(), m, l.cols), w.view(), nullptr,
+                         contiguous(batch.data(), m, l.rows))
+                  .ok());
+  for (int64_t i : {int64_t{0}, int64_t{63}, int64_t{64}, int64_t{129}}) {
+    ASSERT_TRUE(linear_cpu(contiguous<const float>(x.data() + i * l.cols, 1, l.cols), w.view(), nullptr,
+                           contiguous(one.data(), 1, l.rows))
+                    .ok());
+    EXPECT_TRUE(testing::bit_equal(batch.data() + i * l.rows, one.data(), one.size())) << "row " << i;
+  }
+  std::vector<float> want(batch.size());
+  ASSERT_TRUE(linear_int4_a8_ref(contiguous<const float>(x.data(), m, l.cols), w.view(), nullptr,
+                                 contiguous(want.data(), m, l.rows))
+                  .ok());
+  EXPECT_TRUE(close_to_ref(w, x, m, batch, want));
 }
 
 TEST(LinearCpu, RefusesMismatchedShapes) {

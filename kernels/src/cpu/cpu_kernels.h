@@ -25,6 +25,12 @@ struct LinearJob {
   // (k_main = cols rounded down to 2*width; the rest is done element by element).
   float* xperm = nullptr;
   int64_t k_main = 0;
+  // int4 on the integer path only, from vnni_linear_prepare: x as int8 codes [m, xq_stride] in chunks
+  // of 32 (16 evens, 16 odds), zero past K; per row and weight group its scale and the sum of its codes.
+  int8_t* xq = nullptr;
+  int64_t xq_stride = 0;
+  float* xscale = nullptr;  // [m, groups]
+  int32_t* xsum = nullptr;  // [m, groups]
 };
 
 struct AttnJob {
@@ -109,6 +115,17 @@ bool vnni_decode_available();
 bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u);
 int64_t vnni_decode_scratch_floats(int64_t head_dim, int64_t heads);
 void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch);
+
+// int4 linear layers with int8 activations and integer dot products (linear_vnni.cc; the contract is
+// linear_int4_a8_ref): whether a weight layout qualifies (group 32, 64 or 128 dividing K, at most
+// kVnniLinearMaxGroups groups per row); the padded row length of the int8 x; quantizing x into the
+// job's xq / xscale / xsum; output rows [n0, n1) for every row of x. Call the last two only when
+// vnni_decode_available().
+inline constexpr int64_t kVnniLinearMaxGroups = 1024;
+bool vnni_linear_applies(const WeightLayout& l);
+int64_t vnni_linear_xq_stride(const WeightLayout& l);
+void vnni_linear_prepare(const LinearJob& j);
+void vnni_linear_rows(const LinearJob& j, int64_t n0, int64_t n1);
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();    // call only when the CPU has AVX2, FMA and F16C

@@ -96,6 +96,23 @@ bool cpu_int_attention() {
          cpu::vnni_decode_available();
 }
 
+namespace {
+std::atomic<bool>& int_linear_enabled() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("INFERGATE_KERNELS_INT_LINEAR");  // NOLINT(concurrency-mt-unsafe)
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }()};
+  return on;
+}
+}  // namespace
+
+void set_cpu_int_linear(bool enabled) { int_linear_enabled().store(enabled, std::memory_order_relaxed); }
+
+bool cpu_int_linear() {
+  return int_linear_enabled().load(std::memory_order_relaxed) && cpu_isa() == CpuIsa::kAvx512 &&
+         cpu::vnni_decode_available();
+}
+
 namespace cpu {
 const Kernels& active_kernels() {
   switch (cpu_isa()) {

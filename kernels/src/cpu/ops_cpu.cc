@@ -89,12 +89,51 @@ namespace {
 // loops' row block), about 4 per thread over all the jobs together; a block never spans two jobs.
 // int4 jobs read x reordered (linear_prepare): each distinct x is reordered once, into a per-thread
 // buffer (the calling thread's: the pool's workers only read it).
+// int4 jobs on the integer path (cpu_int_linear) quantize x instead, each distinct x once; the job then
+// takes vnni_linear_rows.
+void prepare_int8_x(std::vector<cpu::LinearJob>& jobs) {
+  int64_t bytes = 0;
+  for (cpu::LinearJob& job : jobs) {
+    if (!cpu::vnni_linear_applies(job.w.layout)) continue;
+    job.xq_stride = cpu::vnni_linear_xq_stride(job.w.layout);
+    const int64_t groups = job.w.layout.cols / job.w.layout.group_size;
+    bytes += job.m * (job.xq_stride + 8 * groups);  // codes, scales and sums
+  }
+  thread_local std::vector<uint8_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes) buffer.resize(static_cast<size_t>(bytes));
+  uint8_t* at = buffer.data();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    cpu::LinearJob& job = jobs[i];
+    if (job.xq_stride == 0) continue;
+    const int64_t groups = job.w.layout.cols / job.w.layout.group_size;
+    const cpu::LinearJob* same = nullptr;  // q/k/v, gate/up: one x, one quantization
+    for (size_t j = 0; j < i && same == nullptr; ++j) {
+      const cpu::LinearJob& o = jobs[j];
+      if (o.xq != nullptr && o.x == job.x && o.m == job.m && o.x_stride == job.x_stride &&
+          o.w.layout.cols == job.w.layout.cols && o.w.layout.group_size == job.w.layout.group_size)
+        same = &o;
+    }
+    if (same != nullptr) {
+      job.xq = same->xq;
+      job.xscale = same->xscale;
+      job.xsum = same->xsum;
+      continue;
+    }
+    job.xscale = reinterpret_cast<float*>(at);
+    job.xsum = reinterpret_cast<int32_t*>(at + job.m * groups * 4);
+    job.xq = reinterpret_cast<int8_t*>(at + job.m * groups * 8);
+    at += job.m * (job.xq_stride + 8 * groups);
+    if (job.m > 0) cpu::vnni_linear_prepare(job);
+  }
+}
+
 void run_linear_jobs(std::vector<cpu::LinearJob>& jobs) {
   const cpu::Kernels& k = cpu::active_kernels();
   const int64_t chunk = 2 * k.width;
+  if (cpu_int_linear()) prepare_int8_x(jobs);
   int64_t perm_floats = 0;
   for (cpu::LinearJob& job : jobs) {
-    if (!is_int4(job.w.layout.format)) continue;
+    if (!is_int4(job.w.layout.format) || job.xq != nullptr) continue;
     job.k_main = job.w.layout.cols / chunk * chunk;
     perm_floats += job.m * job.k_main;  // an upper bound: jobs sharing an x share its reordering
   }
@@ -103,7 +142,7 @@ void run_linear_jobs(std::vector<cpu::LinearJob>& jobs) {
   int64_t at = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     cpu::LinearJob& job = jobs[i];
-    if (!is_int4(job.w.layout.format)) continue;
+    if (!is_int4(job.w.layout.format) || job.xq != nullptr) continue;
     // An x an earlier int4 job already reordered (q/k/v, gate/up) shares its buffer.
     const cpu::LinearJob* same = nullptr;
     for (size_t j = 0; j < i && same == nullptr; ++j) {
@@ -136,7 +175,12 @@ void run_linear_jobs(std::vector<cpu::LinearJob>& jobs) {
   }
   cpu::pool().run(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
     const Block& bl = blocks[static_cast<size_t>(b)];
-    k.linear_rows(jobs[static_cast<size_t>(bl.job)], bl.n0, bl.n1);
+    const cpu::LinearJob& job = jobs[static_cast<size_t>(bl.job)];
+    if (job.xq != nullptr) {
+      cpu::vnni_linear_rows(job, bl.n0, bl.n1);
+    } else {
+      k.linear_rows(job, bl.n0, bl.n1);
+    }
   });
 }
 

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "infergate/engine/engine.h"
+#include "infergate/kernels/cpu.h"
 #include "testing.h"
 
 namespace infergate::runtime::engine {
@@ -96,7 +97,12 @@ TEST_P(MoeEveryFormat, ABatchGetsWhatEachSequenceGetsAloneAndPrefillAgreesWithDe
   double max = 0;
   for (size_t i = 0; i < whole->size(); ++i)
     max = std::max(max, std::abs(double((*whole)[i]) - (*stepped)[i]));
-  EXPECT_LT(max, 0.05);
+  // int4 weights on the integer path (kernels::cpu_int_linear) quantize x to 8 bits per group: the
+  // fp32-rounding differences between one prefill and single steps (~1e-6) can move a code by one step
+  // (1/254 of the group's largest |x|), so the two agree less closely (measured up to 0.057 on these
+  // models, against up to 7e-4 on the exact path), though on the same tokens (below).
+  const bool int_x = kernels::cpu_int_linear() && (w == Weights::kInt4G32 || w == Weights::kInt4G128);
+  EXPECT_LT(max, int_x ? 0.15 : 0.05);
   for (size_t t = 0; t < kB.size(); ++t) {
     auto row = [&](const std::vector<float>& l) {
       return std::max_element(l.begin() + static_cast<std::ptrdiff_t>(t * v),

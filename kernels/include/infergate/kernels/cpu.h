@@ -36,6 +36,14 @@ Status set_cpu_isa(CpuIsa isa);
 void set_cpu_int_attention(bool enabled);
 // Whether attention_cpu uses it now: enabled, the avx512 set active, and the CPU has VNNI.
 bool cpu_int_attention();
+// Linear layers with int4 weights and integer dot products: on a CPU with AVX-512 VNNI (and the
+// avx512 set active) x is quantized to int8 per weight group along K (the contract and its error
+// bound: linear_int4_a8_ref, docs/quant-formats.md) at every batch size, so a row's result does not
+// depend on what it is batched with. On by default; INFERGATE_KERNELS_INT_LINEAR=0 or
+// set_cpu_int_linear(false) keeps the exact path (x never quantized).
+void set_cpu_int_linear(bool enabled);
+// Whether linear_cpu uses it now for int4 weights (shapes: linear_int4_a8_ref).
+bool cpu_int_linear();
 // Threads the ops use: INFERGATE_KERNELS_THREADS, else the hardware's concurrency. n >= 1.
 void set_cpu_threads(int n);
 int cpu_threads();

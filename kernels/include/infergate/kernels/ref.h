@@ -1,6 +1,7 @@
 // The scalar reference of every kernels/ op: plain C++, one element at a time, written to be read.
 // Each function here is the specification its optimised CPU (`*_cpu`, cpu.h) and CUDA (cuda.h)
-// versions are tested against. Host memory only. Activations are fp32 throughout.
+// versions are tested against. Host memory only. Activations are fp32; where an optimised path
+// quantizes one on its way in, a reference says what it computes (linear_int4_a8_ref).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +75,15 @@ Status latent_read_page_ref(const LatentCache& cache, int32_t page_id, int32_t f
 // reference sums in double; optimised versions sum in fp32 (tests compare within fp32 tolerance).
 // y must not overlap x.
 Status linear_ref(View2<const float> x, const WeightView& w, const float* bias, View2<float> y);
+
+// What linear_cpu computes for int4 weights on its integer path (cpu_int_linear()): x quantized to
+// int8 per weight group g along K, then integer dot products with the weight codes:
+//   s_mg = max_{k in g} |x_mk| / 127,   q_mk = quantize_int8(x_mk, 127 / max|x| (0 for an all-zero group))
+//   y_mn = sum_g d_ng s_mg (sum_{k in g} u_nk q_mk - z_ng sum_{k in g} q_mk)  (+ bias_n)
+// (the inner sums exact in integers, the outer one in double here). Against linear_ref the error is
+// at most sum_g (s_mg / 2) sum_{k in g} |w_nk| per output. Needs int4 weights with K a multiple of
+// the group size and the group size a multiple of 32 (else invalid_argument).
+Status linear_int4_a8_ref(View2<const float> x, const WeightView& w, const float* bias, View2<float> y);
 
 // ==== Attention ====================================================================================
 
