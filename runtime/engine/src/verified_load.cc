@@ -22,8 +22,27 @@ Result<ManifestHasher> ManifestHasher::from_file(const std::filesystem::path& pa
   return ManifestHasher(std::move(*m));
 }
 
+std::unique_ptr<model::LoadHasher> ManifestHasher::concurrent() {
+  return std::unique_ptr<model::LoadHasher>(new ManifestHasher(shared_));
+}
+
+int64_t ManifestHasher::files_verified() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->files_verified;
+}
+
+int64_t ManifestHasher::bytes_hashed() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->bytes_hashed;
+}
+
+double ManifestHasher::hash_seconds() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->hash_seconds;
+}
+
 Status ManifestHasher::begin_file(std::string_view name, uint64_t /*size*/) {
-  if (manifest_.find(name) == nullptr) {
+  if (shared_->manifest.find(name) == nullptr) {
     return data_loss("file " + std::string(name) +
                      " is not listed in the verified manifest; refusing to load it")
         .with_reason("UnlistedFile")
@@ -31,19 +50,26 @@ Status ManifestHasher::begin_file(std::string_view name, uint64_t /*size*/) {
   }
   current_ = std::string(name);
   sha_.reset();
+  file_bytes_ = 0;
+  file_seconds_ = 0;
   return ok_status();
 }
 
 void ManifestHasher::update(std::span<const uint8_t> bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   sha_.update(bytes.data(), bytes.size());
-  bytes_hashed_ += static_cast<int64_t>(bytes.size());
-  hash_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  file_bytes_ += static_cast<int64_t>(bytes.size());
+  file_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 Status ManifestHasher::end_file() {
   INFERGATE_ASSIGN_OR_RETURN(Sha256Digest got, sha_.finish());
-  const ManifestEntry* e = manifest_.find(current_);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->bytes_hashed += file_bytes_;
+    shared_->hash_seconds += file_seconds_;
+  }
+  const ManifestEntry* e = shared_->manifest.find(current_);
   if (e == nullptr) return internal_error("end_file without begin_file");
   if (!(e->digest == got)) {
     return data_loss("file " + current_ + " does not match the verified manifest (expected sha256 " +
@@ -53,7 +79,8 @@ Status ManifestHasher::end_file() {
         .with_detail("expected", e->digest.hex())
         .with_detail("actual", got.hex());
   }
-  ++files_verified_;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  ++shared_->files_verified;
   return ok_status();
 }
 

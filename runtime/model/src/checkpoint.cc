@@ -2,7 +2,11 @@
 #include "infergate/runtime/model/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "infergate/common/json.h"
 #include "infergate/common/log.h"
@@ -114,14 +118,61 @@ Result<CheckpointLayout> read_checkpoint_layout(const ModelDirectory& dir) {
   return layout;
 }
 
+namespace {
+
+// The shards, in the layout's order. When every file is hashed while it loads, one SHA-256 chain per
+// file holds a file to one core's hashing speed, so shards are read on as many threads as the machine
+// has cores (each with its own hasher from the directory's concurrent()); mapped shards cost nothing
+// to open and are opened in order. The first failure in shard order is the one reported; after a
+// failure no further shard is started.
+Result<std::vector<SafetensorsFile>> open_shards(const ModelDirectory& dir,
+                                                 const std::vector<std::string>& names,
+                                                 const SafetensorsLimits& limits) {
+  std::vector<SafetensorsFile> out;
+  out.reserve(names.size());
+  std::unique_ptr<LoadHasher> first =
+      dir.hasher() != nullptr && names.size() > 1 ? dir.hasher()->concurrent() : nullptr;
+  const size_t workers =
+      first ? std::min<size_t>(names.size(), std::max(1u, std::thread::hardware_concurrency())) : 1;
+  if (workers <= 1) {
+    for (const std::string& name : names) {
+      INFERGATE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(dir, name, limits));
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+  std::vector<std::unique_ptr<LoadHasher>> hashers;
+  hashers.push_back(std::move(first));
+  while (hashers.size() < workers) {
+    hashers.push_back(dir.hasher()->concurrent());
+    if (!hashers.back()) return internal_error("a load hasher gave no second concurrent hasher");
+  }
+  std::vector<std::optional<Result<SafetensorsFile>>> opened(names.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      for (size_t i = next++; i < names.size() && !failed.load(); i = next++) {
+        opened[i].emplace(SafetensorsFile::open(dir, names[i], limits, hashers[w].get()));
+        if (!opened[i]->ok()) failed = true;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (opened[i] && !opened[i]->ok()) return std::move(*opened[i]).error();
+  }
+  for (size_t i = 0; i < names.size(); ++i) out.push_back(std::move(**opened[i]));
+  return out;
+}
+
+}  // namespace
+
 Result<Checkpoint> Checkpoint::open(const ModelDirectory& dir, const SafetensorsLimits& limits) {
   Checkpoint c;
   INFERGATE_ASSIGN_OR_RETURN(c.layout_, read_checkpoint_layout(dir));
-  c.shards_.reserve(c.layout_.shards.size());
-  for (const std::string& name : c.layout_.shards) {
-    INFERGATE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(dir, name, limits));
-    c.shards_.push_back(std::move(f));
-  }
+  INFERGATE_ASSIGN_OR_RETURN(c.shards_, open_shards(dir, c.layout_.shards, limits));
   for (size_t s = 0; s < c.shards_.size(); ++s) {
     const SafetensorsFile& shard = c.shards_[s];
     for (const TensorInfo& t : shard.tensors()) {

@@ -73,7 +73,7 @@ Result<ModelDirectory> ModelDirectory::open(const fs::path& dir, DirectoryOption
   d.path_ = dir;
   d.dir_fd_ = UniqueFd(fd);
   d.options_ = options;
-  d.files_read_ = std::make_shared<std::vector<std::string>>();
+  d.files_read_ = std::make_shared<FilesRead>();
   return d;
 }
 
@@ -130,9 +130,21 @@ Result<UniqueFd> ModelDirectory::open_file(std::string_view name, uint64_t* size
   return f;
 }
 
-Result<MappedFile> ModelDirectory::map(std::string_view name) const { return map_capped(name, UINT64_MAX); }
+Result<MappedFile> ModelDirectory::map(std::string_view name) const {
+  return map_capped(name, UINT64_MAX, options_.hasher);
+}
 
-Result<MappedFile> ModelDirectory::map_capped(std::string_view name, uint64_t max_bytes) const {
+Result<MappedFile> ModelDirectory::map(std::string_view name, LoadHasher* hasher) const {
+  return map_capped(name, UINT64_MAX, hasher);
+}
+
+std::vector<std::string> ModelDirectory::files_read() const {
+  std::lock_guard<std::mutex> lock(files_read_->mu);
+  return files_read_->names;
+}
+
+Result<MappedFile> ModelDirectory::map_capped(std::string_view name, uint64_t max_bytes,
+                                              LoadHasher* hasher) const {
   uint64_t size = 0;
   INFERGATE_ASSIGN_OR_RETURN(UniqueFd fd, open_file(name, &size));
   std::string n(name);
@@ -144,9 +156,11 @@ Result<MappedFile> ModelDirectory::map_capped(std::string_view name, uint64_t ma
         .with_detail("file", n);
   }
   MappedFile out;
-  files_read_->push_back(n);
+  {
+    std::lock_guard<std::mutex> lock(files_read_->mu);
+    files_read_->names.push_back(n);
+  }
   if (size > SIZE_MAX / 2) return Error(ErrorCode::kInvalidArgument, n + ": file too large", "FileTooLarge");
-  LoadHasher* hasher = options_.hasher;
   if (!hasher) {
     if (size == 0) return out;
     void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
@@ -233,7 +247,7 @@ Result<MappedFile> ModelDirectory::map_capped(std::string_view name, uint64_t ma
 }
 
 Result<std::string> ModelDirectory::read(std::string_view name, size_t max_bytes) const {
-  INFERGATE_ASSIGN_OR_RETURN(MappedFile f, map_capped(name, max_bytes));
+  INFERGATE_ASSIGN_OR_RETURN(MappedFile f, map_capped(name, max_bytes, options_.hasher));
   auto b = f.bytes();
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }

@@ -374,9 +374,14 @@ Result<SafetensorsHeader> read_safetensors_header(int fd, uint64_t file_size, st
 
 Result<SafetensorsFile> SafetensorsFile::open(const ModelDirectory& dir, std::string_view name,
                                               const SafetensorsLimits& limits) {
+  return open(dir, name, limits, dir.hasher());
+}
+
+Result<SafetensorsFile> SafetensorsFile::open(const ModelDirectory& dir, std::string_view name,
+                                              const SafetensorsLimits& limits, LoadHasher* hasher) {
   SafetensorsFile f;
   f.name_ = std::string(name);
-  INFERGATE_ASSIGN_OR_RETURN(f.file_, dir.map(name));
+  INFERGATE_ASSIGN_OR_RETURN(f.file_, dir.map(name, hasher));
   INFERGATE_ASSIGN_OR_RETURN(f.header_, parse_safetensors(f.file_.bytes(), name, limits));
   f.index_.reserve(f.header_.tensors.size());
   for (size_t i = 0; i < f.header_.tensors.size(); ++i) f.index_.emplace(f.header_.tensors[i].name, i);

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "infergate/common/json.h"
 #include "infergate/common/manifest.h"
 #include "infergate/common/sha256.h"
@@ -80,6 +83,67 @@ TEST_F(VerifiedLoadTest, AFlippedByteInAShardRefusesToServeNamingFileExpectedAnd
   EXPECT_EQ(r.error().detail("expected"), expected);
   EXPECT_EQ(r.error().detail("actual"), sha256(*read_file(model_ / "model.safetensors", 1u << 30))->hex());
   EXPECT_NE(r.error().message().find("model.safetensors"), std::string::npos);
+}
+
+// A sharded checkpoint is read on several threads at once, each shard hashed by its own hasher: every
+// shard is still checked against the manifest and counted once, and the model is the one mapped.
+TEST(VerifiedLoadShards, EveryShardReadInParallelIsVerifiedAndCountedOnce) {
+  TempDir dir = temp_dir();
+  auto o = small_options();
+  o.max_shard_bytes = 40000;
+  const auto model = make_model(dir.path() / "m", o);
+  ASSERT_TRUE(std::filesystem::exists(model / "model.safetensors.index.json"));
+  int shards = 0;
+  for (const auto& f : std::filesystem::directory_iterator(model)) {
+    if (f.path().extension() == ".safetensors") ++shards;
+  }
+  ASSERT_GE(shards, 3);
+  EngineConfig c;
+  c.model_dir = model;
+  c.max_context = 64;
+  c.verified_manifest = write_manifest(model);
+  auto r = load_engine(c);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  const auto read = r->engine->model().files_read();
+  EXPECT_EQ(r->report.files_verified, static_cast<int64_t>(read.size()));
+  EXPECT_EQ(std::set<std::string>(read.begin(), read.end()).size(), read.size()) << "a file read twice";
+  int64_t bytes = 0;
+  for (const std::string& name : read)
+    bytes += static_cast<int64_t>(std::filesystem::file_size(model / name));
+  EXPECT_EQ(r->report.bytes_hashed, bytes);
+  c.verified_manifest.reset();
+  auto plain = load_engine(c);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*r->engine->score(std::vector<int32_t>{1, 2, 3}),
+            *plain->engine->score(std::vector<int32_t>{1, 2, 3}));
+}
+
+// With two shards tampered with, the refusal names the first of them in the index's order, whichever
+// thread finished first.
+TEST(VerifiedLoadShards, TheFirstTamperedShardInOrderIsTheOneNamed) {
+  TempDir dir = temp_dir();
+  auto o = small_options();
+  o.max_shard_bytes = 40000;
+  const auto model = make_model(dir.path() / "m", o);
+  const auto manifest = write_manifest(model);
+  std::vector<std::string> names;
+  for (const auto& f : std::filesystem::directory_iterator(model)) {
+    if (f.path().extension() == ".safetensors") names.push_back(f.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 3u);
+  flip_last_byte(model / names[1]);
+  flip_last_byte(model / names.back());
+  EngineConfig c;
+  c.model_dir = model;
+  c.max_context = 64;
+  c.verified_manifest = manifest;
+  for (int round = 0; round < 3; ++round) {
+    auto r = load_engine(c);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().reason(), "DigestMismatch");
+    EXPECT_EQ(r.error().detail("file"), names[1]) << r.error().to_string();
+  }
 }
 
 TEST_F(VerifiedLoadTest, AFileTheManifestDoesNotListIsRefused) {

@@ -1,6 +1,7 @@
 // Reading the files of a model directory: memory-mapped (no copy) or, when a LoadHasher is given,
-// read once sequentially into anonymous memory while every byte is handed to the hasher, so that
-// the bytes used are exactly the bytes hashed and nothing is read twice.
+// each file read once front to back into anonymous memory while every byte is handed to the hasher,
+// so that the bytes used are exactly the bytes hashed and nothing is read twice (several files may be
+// read at once, each with its own hasher: LoadHasher::concurrent).
 //
 // Guarantees: only regular files are opened (a FIFO, socket or device is refused without blocking);
 // with refuse_symlinks, the directory and every file are opened with O_NOFOLLOW (a symlink is refused,
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +37,10 @@ class LoadHasher {
   virtual Status begin_file(std::string_view name, uint64_t size) = 0;
   virtual void update(std::span<const uint8_t> bytes) = 0;
   virtual Status end_file() = 0;
+  // Another hasher for files read beside this one's: a loader that reads several files at once (the
+  // shards of a checkpoint) gives each of its threads one, used as above, and what they check counts
+  // as this hasher's. Null (the default): the loader reads its files one at a time.
+  virtual std::unique_ptr<LoadHasher> concurrent() { return nullptr; }
 };
 
 // The bytes of one file: a read-only private mapping, or an anonymous mapping filled by read().
@@ -76,20 +82,29 @@ class ModelDirectory {
   Result<std::vector<std::string>> list() const;
   // The whole file, mapped or read-and-hashed.
   Result<MappedFile> map(std::string_view name) const;
+  // The same, hashed by `hasher` instead of the directory's (one from its concurrent()), so that
+  // several threads can read files at once.
+  Result<MappedFile> map(std::string_view name, LoadHasher* hasher) const;
+  // The directory's hasher (null when files are mapped).
+  LoadHasher* hasher() const { return options_.hasher; }
   // A small file (JSON) as a string, refusing one larger than max_bytes; hashed like map().
   Result<std::string> read(std::string_view name, size_t max_bytes = 256u << 20) const;
-  // Every file name handed to the hasher or mapped so far, in order.
-  const std::vector<std::string>& files_read() const { return *files_read_; }
+  // Every file name handed to a hasher or mapped so far, in the order they were opened.
+  std::vector<std::string> files_read() const;
 
  private:
   ModelDirectory() = default;
   Result<UniqueFd> open_file(std::string_view name, uint64_t* size) const;
-  Result<MappedFile> map_capped(std::string_view name, uint64_t max_bytes) const;
+  Result<MappedFile> map_capped(std::string_view name, uint64_t max_bytes, LoadHasher* hasher) const;
 
+  struct FilesRead {
+    std::mutex mu;
+    std::vector<std::string> names;
+  };
   std::filesystem::path path_;
   UniqueFd dir_fd_;
   DirectoryOptions options_;
-  std::shared_ptr<std::vector<std::string>> files_read_;
+  std::shared_ptr<FilesRead> files_read_;
 };
 
 // Refuses anything but a single, plain path component ("a.json"; not "", ".", "..", "a/b").

@@ -73,6 +73,9 @@ class SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const ModelDirectory& dir, std::string_view name,
                                       const SafetensorsLimits& limits = {});
+  // The same, read through `hasher` (one of the directory hasher's concurrent() ones).
+  static Result<SafetensorsFile> open(const ModelDirectory& dir, std::string_view name,
+                                      const SafetensorsLimits& limits, LoadHasher* hasher);
   // Opens a file by path, outside a model directory (tools and tests).
   static Result<SafetensorsFile> open_path(const std::filesystem::path& path,
                                            const SafetensorsLimits& limits = {});
