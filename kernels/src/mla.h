@@ -11,8 +11,11 @@ namespace infergate::kernels {
 
 Status validate_latent_append(const LatentCache& c, View2<const float> rows, const int32_t* page_ids,
                               const int32_t* slots, const char* op);
+// host_arrays: the batch's arrays are host memory and are checked too (the CUDA launcher passes false:
+// its arrays are device memory and only the shapes are checked).
 Status validate_mla_attention(const LatentCache& c, const AttentionBatch& b, View3<const float> q,
-                              int32_t value_dim, View3<const float> out, const char* op);
+                              int32_t value_dim, View3<const float> out, const char* op,
+                              bool host_arrays = true);
 Status validate_linear_transposed(View2<const float> x, const WeightView& w, View2<const float> y,
                                   const char* op);
 // One row of a latent page, quantized as the reference writes it / read back as fp32.

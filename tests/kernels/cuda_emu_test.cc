@@ -1,5 +1,5 @@
-// The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh) and MoE
-// routing (moe_route.cuh), run on the
+// The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), MoE
+// routing (moe_route.cuh) and absorbed MLA decode (mla_decode.cuh), run on the
 // CPU emulator of the CUDA execution model (emu/cuda_emu.h) against the scalar references: their
 // indexing, cp.async pipelines (both legal completion orders), masking, softmax and merges are checked
 // on every machine, GPU or not. The same kernels run on the GPU in kernels_cuda_tests.
@@ -16,6 +16,7 @@
 
 #include "cuda/attention_decode.cuh"
 #include "cuda/gemv_stream.cuh"
+#include "cuda/mla_decode.cuh"
 #include "cuda/moe_route.cuh"
 #include "infergate/kernels/cuda_layouts.h"
 #include "infergate/kernels/ref.h"
@@ -374,6 +375,126 @@ TEST(CudaEmuMoe, RoutingMatchesTheReference) {
     EXPECT_EQ(got_e, want_e);
     EXPECT_TRUE(testing::all_close(got_w, want_w, 1e-6f, 1e-5f));
   }
+}
+
+// ---- absorbed MLA decode over latent pages ----
+
+struct MlaCase {
+  KvDtype dtype;
+  int32_t page;
+  int32_t hq;         // query heads (one cached row per token for all of them)
+  int32_t dim;        // latent + rope values per row
+  int32_t value_dim;  // the latent's width
+  std::vector<int32_t> kv;
+  std::vector<int32_t> q;  // query tokens per sequence: 1, or 0 for one with none this step
+  int32_t split_tokens;    // forced split, 0 = by slots
+  int64_t slots;
+};
+
+template <int DV>
+void run_mla_typed(Rng& rng, const MlaCase& a) {
+  SCOPED_TRACE(::testing::Message() << kv_dtype_name(a.dtype) << " page " << a.page << " heads " << a.hq
+                                    << " row " << a.dim << "/" << a.value_dim << " split " << a.split_tokens
+                                    << " slots " << a.slots);
+  const KvPageLayout l{a.dtype, a.page, 1, a.dim};
+  const int32_t seqs = static_cast<int32_t>(a.kv.size());
+  int32_t max_pages = 1, total_pages = 2, max_kv = 1;
+  for (int32_t kv : a.kv) {
+    max_pages = std::max(max_pages, (kv + a.page - 1) / a.page);
+    total_pages += (kv + a.page - 1) / a.page;
+    max_kv = std::max(max_kv, kv);
+  }
+  // Unwritten bytes are NaN in every format (0xFF): a kernel that reads past a sequence fails.
+  std::vector<uint8_t> pages(static_cast<size_t>(total_pages * kv_latent_page_bytes(l)), 0xFF);
+  const float fp8_scale = 0.02f;
+  LatentCache cache{l, pages.data(), total_pages, &fp8_scale};
+  std::vector<int32_t> ids(static_cast<size_t>(total_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng.engine());
+  std::vector<int32_t> table(static_cast<size_t>(seqs * max_pages), 0), q_start = {0};
+  size_t next = 0;
+  for (int32_t s = 0; s < seqs; ++s) {
+    for (int32_t p = 0; p * a.page < a.kv[s]; ++p) table[s * max_pages + p] = ids[next++];
+    std::vector<float> rows = rng.normals(static_cast<size_t>(a.kv[s]) * a.dim);
+    for (int32_t t = 0; t < a.kv[s]; ++t) rows[static_cast<size_t>(t) * a.dim + 1] *= 8.0f;  // an outlier
+    std::vector<int32_t> pid, slot;
+    for (int32_t t = 0; t < a.kv[s]; ++t) {
+      pid.push_back(table[s * max_pages + t / a.page]);
+      slot.push_back(t % a.page);
+    }
+    ASSERT_TRUE(latent_append_ref(cache, contiguous<const float>(rows.data(), a.kv[s], a.dim), pid.data(),
+                                  slot.data())
+                    .ok());
+    q_start.push_back(q_start.back() + a.q[s]);
+  }
+  const int64_t tokens = q_start.back();
+  const std::vector<float> q = rng.normals(static_cast<size_t>(tokens * a.hq * a.dim), 0.3f);
+  std::vector<int32_t> kv_len = a.kv;
+  AttentionBatch b;
+  b.num_seqs = seqs;
+  b.num_q_heads = a.hq;
+  b.scale = 1.0f / std::sqrt(static_cast<float>(a.dim));
+  b.q_start = q_start.data();
+  b.kv_len = kv_len.data();
+  b.block_table = table.data();
+  b.max_pages_per_seq = max_pages;
+  b.split_tokens = a.split_tokens;
+  const size_t outs = static_cast<size_t>(tokens * a.hq * a.value_dim);
+  std::vector<float> want(outs), got(outs, NAN);
+  const View3<const float> qv = contiguous<const float>(q.data(), tokens, a.hq, a.dim);
+  ASSERT_TRUE(
+      mla_attention_ref(cache, b, qv, a.value_dim, contiguous(want.data(), tokens, a.hq, a.value_dim)).ok());
+
+  namespace m = cuda::mla;
+  m::MlaPlan p = m::plan_mla_decode(seqs, a.hq, a.value_dim, max_kv, a.split_tokens, a.slots, true);
+  std::vector<float> ws(static_cast<size_t>(std::max<int64_t>(1, p.workspace_bytes / 4)), NAN);
+  p.args.workspace = ws.data();
+  const View3<float> ov = contiguous(got.data(), tokens, a.hq, a.value_dim);
+  emu::launch({static_cast<unsigned>(p.args.splits), static_cast<unsigned>(p.args.row_tiles),
+               static_cast<unsigned>(seqs)},
+              {m::kThreads}, static_cast<size_t>(m::mla_smem_bytes(a.dim)),
+              [&] { m::mla_decode_kernel<>(cache, b, qv, ov, p.args); });
+  if (p.args.splits > 1) {
+    emu::launch({m::kHeads, static_cast<unsigned>(p.args.row_tiles), static_cast<unsigned>(seqs)}, {DV},
+                static_cast<size_t>(cuda::decode::merge_smem_bytes(p.args.splits)), [&] {
+                  cuda::decode::attention_decode_merge_kernel<DV>(b, 1, ov, p.args.row_tiles, p.args.splits,
+                                                                  ws.data());
+                });
+  }
+  // Rows are dequantized exactly as the reference does; what differs is fp32 against double sums.
+  EXPECT_TRUE(testing::all_close(got, want, 2e-5f, 2e-4f))
+      << "splits " << p.args.splits << " tokens/split " << p.args.split_tokens;
+}
+
+void run_mla(Rng& rng, const MlaCase& a) {
+  if (a.value_dim == 512) return run_mla_typed<512>(rng, a);
+  ASSERT_EQ(a.value_dim, 64);
+  run_mla_typed<64>(rng, a);
+}
+
+constexpr KvDtype kLatentDtypes[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8,
+                                     KvDtype::kInt4};
+
+TEST(CudaEmuMla, EveryLatentDtypeMatchesTheReferenceWithAndWithoutSplits) {
+  Rng rng(905);
+  SCOPED_TRACE(rng.trace());
+  for (KvDtype dt : kLatentDtypes) {
+    // The engine tests' shape (a 64-wide latent and a 16-wide rope key; int4's groups are 64 and 16
+    // values), 12 heads (a full and a partial head tile), sequences with a partial chunk, a single token
+    // and none this step; then a forced split of 24 tokens (3 chunks) that a short sequence does not
+    // reach, merged.
+    run_mla(rng, {dt, 16, 12, 80, 64, {37, 1, 20}, {1, 1, 0}, 0, 1});
+    run_mla(rng, {dt, 16, 12, 80, 64, {100, 9}, {1, 1}, 24, 1});
+  }
+}
+
+TEST(CudaEmuMla, KimiWidthsSplitByTheSlotsTheyWouldLeaveEmpty) {
+  Rng rng(906);
+  SCOPED_TRACE(rng.trace());
+  // Kimi K2's 576-value row (512 latent + 64 rope), 16 heads (its 64 over 4 GPUs), a page of 64 tokens:
+  // two sequences leave a 32-slot GPU empty, so the KV range is split (min 256 tokens) and merged.
+  run_mla(rng, {KvDtype::kInt4, 64, 16, 576, 512, {600, 70}, {1, 1}, 0, 32});
+  run_mla(rng, {KvDtype::kInt8, 64, 16, 576, 512, {130}, {1}, 0, 1});
 }
 
 }  // namespace

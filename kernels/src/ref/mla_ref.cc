@@ -21,7 +21,8 @@ KvCache latent_as_kv(const LatentCache& c) {
   return k;
 }
 
-Status validate_latent_cache(const LatentCache& c, const char* op) {
+// host_arrays false: c.scale is device memory and is not read.
+Status validate_latent_cache(const LatentCache& c, const char* op, bool host_arrays = true) {
   const std::string o(op);
   INFERGATE_K_RETURN_IF_ERROR(validate_kv_layout(c.layout).context(op));
   if (c.layout.num_kv_heads != 1)
@@ -30,7 +31,7 @@ Status validate_latent_cache(const LatentCache& c, const char* op) {
     return invalid_argument(o + ": int4-kivi has no latent form (use int4: per-token groups of 64)");
   }
   if (c.pages == nullptr || c.num_pages < 1) return invalid_argument(o + ": the page pool is empty");
-  if (c.layout.dtype == KvDtype::kFp8E4M3 && c.scale != nullptr &&
+  if (host_arrays && c.layout.dtype == KvDtype::kFp8E4M3 && c.scale != nullptr &&
       !(std::isfinite(*c.scale) && *c.scale > 0)) {
     return invalid_argument(o + ": the fp8 scale is not a positive finite number");
   }
@@ -55,17 +56,16 @@ Status validate_latent_append(const LatentCache& c, View2<const float> rows, con
 }
 
 Status validate_mla_attention(const LatentCache& c, const AttentionBatch& b, View3<const float> q,
-                              int32_t value_dim, View3<const float> out, const char* op) {
-  INFERGATE_K_RETURN_IF_ERROR(validate_latent_cache(c, op));
+                              int32_t value_dim, View3<const float> out, const char* op, bool host_arrays) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_latent_cache(c, op, host_arrays));
   if (value_dim < 1 || value_dim > c.layout.head_dim) {
     return invalid_argument(std::string(op) + ": value_dim " + std::to_string(value_dim) +
                             " is outside [1, " + std::to_string(c.layout.head_dim) + "]");
   }
   // The batch (sequences, block tables, q's shape) is checked as attention checks it, q standing in for
   // out; out has the value width.
-  INFERGATE_K_RETURN_IF_ERROR(validate_attention(latent_as_kv(c), b, q, q, /*host_arrays=*/true, op));
-  const int64_t tokens = b.num_seqs > 0 ? b.q_start[b.num_seqs] : 0;
-  return validate_view3(out, tokens, b.num_q_heads, value_dim, op, "out");
+  INFERGATE_K_RETURN_IF_ERROR(validate_attention(latent_as_kv(c), b, q, q, host_arrays, op));
+  return validate_view3(out, q.dim0, b.num_q_heads, value_dim, op, "out");
 }
 
 void latent_write_row(const LatentCache& c, const float* x, int32_t page_id, int32_t slot) {

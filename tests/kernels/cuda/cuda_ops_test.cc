@@ -225,6 +225,72 @@ TEST_F(CudaOps, MoeRoutingMatchesTheReference) {
   EXPECT_TRUE(testing::all_close(dw.download<float>(want_w.size()), want_w, 1e-6f, 1e-5f));
 }
 
+// ---- multi-head latent attention ----
+
+// Absorbed MLA decode on the device (its logic is also checked on the CPU emulator, CudaEmuMla): Kimi
+// K2's 576-value rows and its 64 heads, 4 sequences of up to 3000 tokens (split across blocks and
+// merged) in every latent dtype, and once more with too small a workspace (one pass).
+TEST_F(CudaOps, MlaDecodeMatchesTheReferenceInEveryLatentDtype) {
+  Rng rng(503);
+  const int32_t page = 64, hq = 64, dim = 576, dv = 512;
+  const std::vector<int32_t> kv = {3000, 1, 700, 64};
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
+    SCOPED_TRACE(kv_dtype_name(dt));
+    const KvPageLayout l{dt, page, 1, dim};
+    const int32_t seqs = static_cast<int32_t>(kv.size());
+    int32_t max_pages = 1, total = 0;
+    for (int32_t n : kv) {
+      max_pages = std::max(max_pages, (n + page - 1) / page);
+      total += (n + page - 1) / page;
+    }
+    std::vector<uint8_t> pages(static_cast<size_t>(total * kv_latent_page_bytes(l)), 0xFF);
+    const float scale = 0.02f;
+    LatentCache host{l, pages.data(), total, &scale};
+    std::vector<int32_t> table(static_cast<size_t>(seqs * max_pages), 0), q_start = {0};
+    int32_t next = 0;
+    for (int32_t s = 0; s < seqs; ++s) {
+      std::vector<float> rows = rng.normals(static_cast<size_t>(kv[s]) * dim);
+      std::vector<int32_t> pid, slot;
+      for (int32_t t = 0; t < kv[s]; ++t) {
+        if (t % page == 0) table[s * max_pages + t / page] = next++;
+        pid.push_back(table[s * max_pages + t / page]);
+        slot.push_back(t % page);
+      }
+      ok(latent_append_ref(host, contiguous<const float>(rows.data(), kv[s], dim), pid.data(), slot.data()));
+      q_start.push_back(s + 1);
+    }
+    const std::vector<float> q = rng.normals(static_cast<size_t>(seqs) * hq * dim, 0.3f);
+    std::vector<int32_t> kv_len = kv;
+    AttentionBatch b;
+    b.num_seqs = seqs;
+    b.num_q_heads = hq;
+    b.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    b.q_start = q_start.data();
+    b.kv_len = kv_len.data();
+    b.block_table = table.data();
+    b.max_pages_per_seq = max_pages;
+    std::vector<float> want(static_cast<size_t>(seqs) * hq * dv);
+    ok(mla_attention_ref(host, b, contiguous<const float>(q.data(), seqs, hq, dim), dv,
+                         contiguous(want.data(), seqs, hq, dv)));
+    DeviceBuffer dp(pages), ds(std::vector<float>{scale}), dt_(table), dq(q), dqs(q_start), dkv(kv_len);
+    DeviceBuffer dout(want.size() * 4);
+    LatentCache dev{l, dp.get<uint8_t>(), total, ds.get<float>()};
+    AttentionBatch db = b;
+    db.q_start = dqs.get<int32_t>();
+    db.kv_len = dkv.get<int32_t>();
+    db.block_table = dt_.get<int32_t>();
+    const size_t ws_bytes = cuda::mla_decode_workspace_bytes(seqs, hq, dv, dim, 3000);
+    for (size_t ws_size : {ws_bytes, size_t{0}}) {
+      DeviceBuffer ws(ws_size);
+      ok(cuda::mla_decode(dev, db, 3000, contiguous<const float>(dq.get<float>(), seqs, hq, dim), dv,
+                          contiguous(dout.get<float>(), seqs, hq, dv), ws_size > 0 ? ws.get() : nullptr,
+                          ws_size, nullptr));
+      EXPECT_TRUE(testing::all_close(dout.download<float>(want.size()), want, 2e-5f, 2e-4f))
+          << "workspace " << ws_size;
+    }
+  }
+}
+
 TEST(CudaLayouts, Int4PackingFeedsEveryMmaFragmentItsOwnElements) {
   Rng rng(703);
   SCOPED_TRACE(rng.trace());

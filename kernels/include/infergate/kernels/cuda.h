@@ -90,6 +90,22 @@ Status attention(const KvCache& cache, const AttentionBatch& batch, int32_t max_
                  View3<const float> q, View3<float> out, void* workspace, size_t workspace_bytes,
                  Stream stream);
 
+// ---- multi-head latent attention ----
+
+// Workspace (device bytes) mla_decode uses to split long sequences across thread blocks when
+// batch.split_tokens is 0 (depends on the device's SM count); 0 when no split is needed.
+size_t mla_decode_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t value_dim, int32_t head_dim,
+                                  int32_t max_kv_len);
+// Absorbed MLA decode as mla_attention_ref, each sequence with one query token (or none this step):
+// q [num_seqs' tokens, num_q_heads, head_dim], out [.., value_dim]; `batch` arrays are device arrays,
+// max_kv_len (host) bounds kv_len. Every latent dtype but int4-kivi; head_dim <= 640 and
+// value_dim <= 512 (Unsupported beyond). CUDA cores, 8 query heads per block sharing each row's
+// dequantization (mla_decode.cuh); KV splits merged as attention's are, for value_dim 64, 128, 256
+// and 512 with a large enough workspace, else one pass.
+Status mla_decode(const LatentCache& cache, const AttentionBatch& batch, int32_t max_kv_len,
+                  View3<const float> q, int32_t value_dim, View3<float> out, void* workspace,
+                  size_t workspace_bytes, Stream stream);
+
 // ---- element-wise (fp32) ----
 
 Status rmsnorm(View2<const float> x, const float* w, float eps, View2<float> y, Stream stream);
