@@ -1,5 +1,6 @@
 // The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), MoE
-// routing (moe_route.cuh) and absorbed MLA decode (mla_decode.cuh), run on the
+// routing and routed experts (moe_route.cuh, moe_experts.cuh) and absorbed MLA decode (mla_decode.cuh),
+// run on the
 // CPU emulator of the CUDA execution model (emu/cuda_emu.h) against the scalar references: their
 // indexing, cp.async pipelines (both legal completion orders), masking, softmax and merges are checked
 // on every machine, GPU or not. The same kernels run on the GPU in kernels_cuda_tests.
@@ -17,6 +18,7 @@
 #include "cuda/attention_decode.cuh"
 #include "cuda/gemv_stream.cuh"
 #include "cuda/mla_decode.cuh"
+#include "cuda/moe_experts.cuh"
 #include "cuda/moe_route.cuh"
 #include "infergate/kernels/cuda_layouts.h"
 #include "infergate/kernels/ref.h"
@@ -495,6 +497,139 @@ TEST(CudaEmuMla, KimiWidthsSplitByTheSlotsTheyWouldLeaveEmpty) {
   // two sequences leave a 32-slot GPU empty, so the KV range is split (min 256 tokens) and merged.
   run_mla(rng, {KvDtype::kInt4, 64, 16, 576, 512, {600, 70}, {1, 1}, 0, 32});
   run_mla(rng, {KvDtype::kInt8, 64, 16, 576, 512, {130}, {1}, 0, 1});
+}
+
+// ---- routed experts: align, the experts' linear layers, combine ----
+
+struct HostWeight {
+  WeightLayout layout;
+  std::vector<uint8_t> data, zeros;
+  std::vector<uint16_t> scales;
+  WeightView view() const {
+    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
+            zeros.empty() ? nullptr : zeros.data()};
+  }
+};
+
+HostWeight make_weight(Rng& rng, const WeightLayout& l) {
+  HostWeight w;
+  w.layout = l;
+  const WeightBytes b = weight_bytes(l);
+  w.data.resize(static_cast<size_t>(b.data));
+  w.scales.resize(static_cast<size_t>(b.scales / 2));
+  w.zeros.resize(static_cast<size_t>(b.zeros));
+  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+  EXPECT_TRUE(quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
+                                  {w.data.data(), w.scales.empty() ? nullptr : w.scales.data(),
+                                   w.zeros.empty() ? nullptr : w.zeros.data()})
+                  .ok());
+  return w;
+}
+
+// Runs align + expert linear (+ combine) on the emulator for `experts` [T, top_k] and compares every
+// assignment's row with linear_ref of its expert, in both x layouts (a token's x for all its experts,
+// and one x row per assignment).
+void run_experts(Rng& rng, const WeightLayout& l, int32_t num_experts, int32_t top_k,
+                 const std::vector<int32_t>& experts) {
+  SCOPED_TRACE(::testing::Message() << weight_format_name(l.format) << " g" << l.group_size << " " << l.rows
+                                    << "x" << l.cols << " experts " << num_experts << " top " << top_k);
+  const int64_t A = static_cast<int64_t>(experts.size()), T = A / top_k, N = l.rows, K = l.cols;
+  std::vector<HostWeight> ws;
+  std::vector<WeightView> views;
+  for (int32_t e = 0; e < num_experts; ++e) ws.push_back(make_weight(rng, l));
+  for (const HostWeight& w : ws) views.push_back(w.view());
+  std::vector<int32_t> order(static_cast<size_t>(A), -1), offsets(static_cast<size_t>(num_experts) + 1, -1),
+      active(static_cast<size_t>(num_experts), -1), num_active(1, -1);
+  namespace m = cuda::moe;
+  m::AlignArgs al;
+  al.experts = experts.data();
+  al.assignments = A;
+  al.num_experts = num_experts;
+  al.order = order.data();
+  al.offsets = offsets.data();
+  al.active = active.data();
+  al.num_active = num_active.data();
+  emu::launch({1}, {m::kAlignThreads}, static_cast<size_t>(m::align_smem_bytes(num_experts)),
+              [&] { m::moe_align_kernel<>(al); });
+  // The alignment itself: offsets are the prefix sums of the counts, each expert's assignments are
+  // exactly those routed to it, the active list is the experts with any, ascending.
+  std::vector<int32_t> want_active;
+  for (int32_t e = 0; e < num_experts; ++e) {
+    std::vector<int32_t> want_ids, got_ids(order.begin() + offsets[e], order.begin() + offsets[e + 1]);
+    for (int64_t a = 0; a < A; ++a) {
+      if (experts[a] == e) want_ids.push_back(static_cast<int32_t>(a));
+    }
+    std::sort(got_ids.begin(), got_ids.end());
+    EXPECT_EQ(got_ids, want_ids) << "expert " << e;
+    if (!want_ids.empty()) want_active.push_back(e);
+  }
+  EXPECT_EQ(offsets[num_experts], A);
+  ASSERT_EQ(num_active[0], static_cast<int32_t>(want_active.size()));
+  EXPECT_EQ(std::vector<int32_t>(active.begin(), active.begin() + num_active[0]), want_active);
+
+  for (int32_t x_div : {top_k, 1}) {
+    const int64_t xr = x_div == 1 ? A : T;
+    std::vector<float> x = rng.normals(static_cast<size_t>(xr * K)), want(static_cast<size_t>(A * N)),
+                       got(want.size(), NAN);
+    for (int64_t a = 0; a < A; ++a) {
+      ASSERT_TRUE(linear_ref(contiguous<const float>(x.data() + (a / x_div) * K, 1, K), views[experts[a]],
+                             nullptr, contiguous(want.data() + a * N, 1, N))
+                      .ok());
+    }
+    m::ExpertLinearArgs la;
+    la.x = contiguous<const float>(x.data(), xr, K);
+    la.x_div = x_div;
+    la.w = views.data();
+    la.order = order.data();
+    la.offsets = offsets.data();
+    la.active = active.data();
+    la.num_active = num_active.data();
+    la.y = contiguous(got.data(), A, N);
+    // One spare expert slot past the active ones: its blocks must return without writing.
+    emu::launch({static_cast<unsigned>((N + m::kBlockRows - 1) / m::kBlockRows),
+                 static_cast<unsigned>(std::min<int64_t>(num_active[0] + 1, num_experts))},
+                {m::kLinearWarps * 32}, 0, [&] { m::moe_expert_linear_kernel<>(la); });
+    EXPECT_TRUE(testing::all_close(got, want, 1e-5f, 1e-4f)) << "x_div " << x_div;
+    if (x_div != top_k) continue;
+    // Combine into an existing output (the shared expert's), k in order.
+    std::vector<float> wts = rng.normals(static_cast<size_t>(A)),
+                       base = rng.normals(static_cast<size_t>(T * N));
+    std::vector<float> out = base, want_out = base;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t n = 0; n < N; ++n) {
+        float s = want_out[t * N + n];
+        for (int32_t k = 0; k < top_k; ++k) s += wts[t * top_k + k] * got[(t * top_k + k) * N + n];
+        want_out[t * N + n] = s;
+      }
+    }
+    emu::launch({static_cast<unsigned>((T * N + 255) / 256)}, {256}, 0, [&] {
+      m::moe_combine_kernel<>(contiguous<const float>(got.data(), A, N), wts.data(), top_k,
+                              contiguous(out.data(), T, N), true);
+    });
+    EXPECT_TRUE(testing::bit_equal(out.data(), want_out.data(), out.size()));
+  }
+}
+
+TEST(CudaEmuMoe, RoutedExpertsMatchLinearRefForEveryAssignmentInEveryWeightFormat) {
+  Rng rng(907);
+  SCOPED_TRACE(rng.trace());
+  // 12 tokens, top 2 of 6 experts: expert 0 takes 10 assignments (two passes of 8), expert 4 none.
+  std::vector<int32_t> experts;
+  for (int32_t t = 0; t < 12; ++t) {
+    experts.push_back(t < 10 ? 0 : 1);
+    experts.push_back(t % 2 ? 2 : 3);
+  }
+  experts[23] = 5;
+  // K = 100: 12 units of 8 and a tail of 4; N = 40: a full and a partial block of rows.
+  const WeightLayout layouts[] = {{WeightFormat::kF16, 40, 100, 0},
+                                  {WeightFormat::kBF16, 40, 100, 0},
+                                  {WeightFormat::kInt8, 40, 100, 0},
+                                  {WeightFormat::kInt4Sym, 40, 96, 32},
+                                  {WeightFormat::kInt4Asym, 40, 100, 128, ScaleDtype::kBF16}};
+  for (const WeightLayout& l : layouts) run_experts(rng, l, 6, 2, experts);
+  // Decode: one token, top 8 of 64 (GLM-4.5's routing width, smaller), K a multiple of 256.
+  std::vector<int32_t> one = {3, 17, 62, 5, 40, 41, 0, 9};
+  run_experts(rng, {WeightFormat::kInt4Sym, 64, 512, 32}, 64, 8, one);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The device primitives the streaming kernels (gemv_stream.cuh, attention_decode.cuh) are written
-// against: lane / warp ids, warp collectives, mma.sync, cp.async, packed fp16 arithmetic on 32-bit
-// words, programmatic dependent launch. Under nvcc they are the hardware instructions; with
+// against: lane / warp ids, warp collectives, atomics, mma.sync, cp.async, packed fp16 arithmetic on
+// 32-bit words, programmatic dependent launch. Under nvcc they are the hardware instructions; with
 // INFERGATE_CUDA_EMU (the CPU test build, tests/kernels/emu/cuda_emu.h) they are emulated on host
 // threads, so those kernels' logic - indexing, pipelines, masking, softmax, merges - is tested on every
 // machine against the scalar references before it ever runs on a GPU.
@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #if defined(INFERGATE_CUDA_EMU)
+#include <atomic>
+
 #include "cuda_emu.h"
 #define INFERGATE_DEV inline
 #else
@@ -37,6 +39,8 @@ INFERGATE_DEV float shfl(float v, int src) { return ::emu::shfl_f32(v, src); }
 INFERGATE_DEV uint32_t shfl_u32(uint32_t v, int src) { return ::emu::shfl_u32(v, src); }
 INFERGATE_DEV bool warp_all(bool p) { return ::emu::warp_all(p); }
 INFERGATE_DEV uint8_t* dynamic_smem() { return ::emu::dynamic_smem(); }
+// *p += v atomically (shared or global memory); returns the old value.
+INFERGATE_DEV int32_t atomic_add(int32_t* p, int32_t v) { return std::atomic_ref<int32_t>(*p).fetch_add(v); }
 
 // ---- memory ----
 // 16 bytes from global to shared, asynchronously; bytes past src_bytes (0..16) are zero-filled.
@@ -108,6 +112,8 @@ INFERGATE_DEV uint8_t* dynamic_smem() {
   extern __shared__ __align__(16) uint8_t infergate_dynamic_smem[];
   return infergate_dynamic_smem;
 }
+
+INFERGATE_DEV int32_t atomic_add(int32_t* p, int32_t v) { return atomicAdd(p, v); }
 
 INFERGATE_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 INFERGATE_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {

@@ -9,6 +9,7 @@
 #include "../validate.h"
 #include "common.cuh"
 #include "infergate/kernels/cuda_layouts.h"
+#include "weight_element.cuh"
 
 namespace infergate::kernels::cuda {
 namespace {
@@ -145,24 +146,7 @@ __global__ void dequantize_weight_kernel(WeightView w, View2<float> out) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= l.rows * l.cols) return;
   const int64_t r = i / l.cols, c = i % l.cols;
-  const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * weight_row_bytes(l);
-  const auto* scales = static_cast<const uint16_t*>(w.scales);
-  float y = 0.0f;
-  switch (l.format) {
-    case WeightFormat::kF16: y = fp16_to_float(reinterpret_cast<const uint16_t*>(row)[c]); break;
-    case WeightFormat::kBF16: y = bf16_to_float(reinterpret_cast<const uint16_t*>(row)[c]); break;
-    case WeightFormat::kInt8:
-      y = dequantize_int8(reinterpret_cast<const int8_t*>(row)[c], scale_to_float(scales[r], l.scale_dtype));
-      break;
-    case WeightFormat::kInt4Sym:
-    case WeightFormat::kInt4Asym: {
-      const int64_t groups = weight_groups_per_row(l), g = c / l.group_size;
-      const uint32_t z = l.format == WeightFormat::kInt4Asym ? w.zeros[r * groups + g] : 8u;
-      y = dequantize_int4(int4_get(row, c), z, scale_to_float(scales[r * groups + g], l.scale_dtype));
-      break;
-    }
-  }
-  out.at(r, c) = y;
+  out.at(r, c) = weight_element(w, r, c);
 }
 
 // One thread per packed 32-bit word: gathers its eight codes from the row-major data.

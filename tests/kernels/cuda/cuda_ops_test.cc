@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -223,6 +224,80 @@ TEST_F(CudaOps, MoeRoutingMatchesTheReference) {
                      dw.get<float>(), nullptr));
   EXPECT_EQ(de.download<int32_t>(want_e.size()), want_e);
   EXPECT_TRUE(testing::all_close(dw.download<float>(want_w.size()), want_w, 1e-6f, 1e-5f));
+}
+
+// The routed experts on the device (their logic is also checked on the CPU emulator, CudaEmuMoe):
+// route 64 tokens to top 8 of 64 experts on the GPU, align, gate/up-sized and down-sized products of
+// the chosen experts in int4 (group 32, Kimi K2's release format) and fp16, combine; every
+// assignment's row against linear_ref of its expert.
+TEST_F(CudaOps, RoutedExpertsMatchLinearRefForEveryAssignment) {
+  Rng rng(504);
+  const int64_t tokens = 64;
+  const int32_t E = 64, top = 8;
+  std::vector<float> logits = rng.normals(static_cast<size_t>(tokens * E), 1.5f);
+  MoeRouting r;
+  r.num_experts = E;
+  r.top_k = top;
+  std::vector<int32_t> experts(static_cast<size_t>(tokens * top));
+  std::vector<float> weights(experts.size());
+  ok(moe_route_ref(r, contiguous<const float>(logits.data(), tokens, E), experts.data(), weights.data()));
+  const int64_t A = tokens * top;
+  DeviceBuffer de(experts), dw(weights), order(A * 4), offsets((E + 1) * 4), active(E * 4), nact(4);
+  cuda::MoeAlignment al{order.get<int32_t>(), offsets.get<int32_t>(), active.get<int32_t>(),
+                        nact.get<int32_t>()};
+  ok(cuda::moe_align(de.get<int32_t>(), A, E, al, nullptr));
+  for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt4Sym, 512, 1024, 32},
+                                WeightLayout{WeightFormat::kF16, 1024, 512, 0}}) {
+    SCOPED_TRACE(weight_format_name(l.format));
+    std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+    std::vector<WeightView> host_views, dev_views;
+    std::vector<std::vector<uint8_t>> data(E), zeros(E);
+    std::vector<std::vector<uint16_t>> scales(E);
+    const WeightBytes b = weight_bytes(l);
+    for (int32_t e = 0; e < E; ++e) {
+      data[e].resize(static_cast<size_t>(b.data));
+      scales[e].resize(static_cast<size_t>(b.scales / 2));
+      std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+      ok(quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
+                             {data[e].data(), scales[e].empty() ? nullptr : scales[e].data(), nullptr}));
+      host_views.push_back({l, data[e].data(), scales[e].empty() ? nullptr : scales[e].data(), nullptr});
+      bufs.push_back(std::make_unique<DeviceBuffer>(data[e]));
+      bufs.push_back(std::make_unique<DeviceBuffer>(scales[e]));
+      dev_views.push_back(
+          {l, bufs[bufs.size() - 2]->get(), scales[e].empty() ? nullptr : bufs.back()->get(), nullptr});
+    }
+    DeviceBuffer dviews(dev_views.size() * sizeof(WeightView));
+    ASSERT_EQ(cudaMemcpy(dviews.get(), dev_views.data(), dev_views.size() * sizeof(WeightView),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    const cuda::ExpertWeights ew{dviews.get<WeightView>(), E, l};
+    const int64_t N = l.rows, K = l.cols;
+    for (int32_t x_div : {top, 1}) {
+      const int64_t xr = x_div == 1 ? A : tokens;
+      std::vector<float> x = rng.normals(static_cast<size_t>(xr * K)), want(static_cast<size_t>(A * N));
+      for (int64_t a = 0; a < A; ++a) {
+        ok(linear_ref(contiguous<const float>(x.data() + (a / x_div) * K, 1, K), host_views[experts[a]],
+                      nullptr, contiguous(want.data() + a * N, 1, N)));
+      }
+      DeviceBuffer dx(x), dy(want.size() * 4);
+      ok(cuda::moe_expert_linear(contiguous<const float>(dx.get<float>(), xr, K), x_div, ew, al,
+                                 contiguous(dy.get<float>(), A, N), nullptr));
+      const std::vector<float> got = dy.download<float>(want.size());
+      EXPECT_TRUE(testing::all_close(got, want, 1e-5f, 1e-4f)) << "x_div " << x_div;
+      if (x_div != top) continue;
+      DeviceBuffer dout(static_cast<size_t>(tokens * N) * 4);
+      ok(cuda::moe_combine(contiguous<const float>(dy.get<float>(), A, N), dw.get<float>(), top,
+                           contiguous(dout.get<float>(), tokens, N), false, nullptr));
+      std::vector<float> want_out(static_cast<size_t>(tokens * N), 0.0f);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          for (int32_t k = 0; k < top; ++k)
+            want_out[t * N + n] += weights[t * top + k] * got[(t * top + k) * N + n];
+        }
+      }
+      EXPECT_TRUE(testing::all_close(dout.download<float>(want_out.size()), want_out, 1e-6f, 1e-6f));
+    }
+  }
 }
 
 // ---- multi-head latent attention ----

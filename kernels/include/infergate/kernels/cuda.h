@@ -64,6 +64,34 @@ Status linear(View2<const float> x, const WeightView& w, const void* int4_packed
 Status moe_route(const MoeRouting& r, View2<const float> logits, int32_t* experts, float* weights,
                  Stream stream);
 
+// The routed experts, on the device end to end (moe_experts.cuh). An assignment a = t * top_k + k is
+// token t's k-th expert, experts[a] from moe_route.
+struct MoeAlignment {
+  int32_t* order = nullptr;       // [assignments]: assignment ids grouped by expert
+  int32_t* offsets = nullptr;     // [num_experts + 1]: expert e's are order[offsets[e] .. offsets[e + 1])
+  int32_t* active = nullptr;      // [num_experts]: the experts with any assignment, ascending
+  int32_t* num_active = nullptr;  // [1]
+};
+// Groups the assignments by expert (one block; at most 1024 experts). Ids outside [0, num_experts)
+// are left out (moe_route writes none).
+Status moe_align(const int32_t* experts, int64_t assignments, int32_t num_experts, const MoeAlignment& out,
+                 Stream stream);
+// One projection of every expert: views is a DEVICE array of num_experts WeightViews (uploaded once at
+// load), all in `layout`.
+struct ExpertWeights {
+  const WeightView* views = nullptr;
+  int32_t num_experts = 0;
+  WeightLayout layout;
+};
+// y [assignments, N] with y[a] = x[a / x_div] W_{experts[a]}^T, each as linear_ref computes it (fp32
+// sums): x_div = top_k when x holds the tokens (gate / up), 1 when it holds a row per assignment
+// (down). Only the active experts' weights are read, each once per 8 of its assignments.
+Status moe_expert_linear(View2<const float> x, int32_t x_div, const ExpertWeights& w, const MoeAlignment& al,
+                         View2<float> y, Stream stream);
+// out [T, N] = (accumulate ? out : 0) + sum_k weights[t, k] y[t * top_k + k], k in order.
+Status moe_combine(View2<const float> y, const float* weights, int32_t top_k, View2<float> out,
+                   bool accumulate, Stream stream);
+
 // ---- KV cache ----
 
 // Bit-identical pages (and staging windows) to kv_append_ref. The KvAppend contract holds: within
