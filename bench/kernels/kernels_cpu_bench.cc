@@ -443,7 +443,8 @@ const MlaBench& mla_cache(KvDtype dt) {
   if (auto it = made.find(static_cast<int>(dt)); it != made.end()) return it->second;
   MlaBench& c = made[static_cast<int>(dt)];
   const int64_t pages_per_seq = kCtx / kPage, pages = pages_per_seq * kMlaSeqs;
-  c.cache.layout = {dt, static_cast<int32_t>(kPage), 1, static_cast<int32_t>(kMlaRow)};
+  c.cache.layout = kv_latent_layout(dt, static_cast<int32_t>(kPage), static_cast<int32_t>(kMlaLatent),
+                                    static_cast<int32_t>(kMlaRow - kMlaLatent));  // the engine's
   c.pool_bytes = kv_latent_page_bytes(c.cache.layout) * pages;
   c.pages.assign(static_cast<size_t>(c.pool_bytes), 0);
   c.cache.pages = c.pages.data();
@@ -568,9 +569,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     // Capacity of the latent cache (Kimi K2 / DeepSeek-V3's 576-value row), scales included: the bytes
     // the engine allocates and the planner predicts (tested equal).
     std::printf("\nlatent cache, 576-value row, 16-token pages: tokens per GiB of cache per layer\n");
-    const double f16_page = static_cast<double>(kv_latent_page_bytes({KvDtype::kF16, 16, 1, 576}));
+    const double f16_page =
+        static_cast<double>(kv_latent_page_bytes(kv_latent_layout(KvDtype::kF16, 16, 512, 64)));
     for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
-      const double page = static_cast<double>(kv_latent_page_bytes({dt, 16, 1, 576}));
+      const double page = static_cast<double>(kv_latent_page_bytes(kv_latent_layout(dt, 16, 512, 64)));
       std::printf("  %-9s %8.1f B/token %12.0f tokens/GiB %6.2fx fp16\n", kv_dtype_name(dt), page / 16,
                   16.0 * 1073741824.0 / page, f16_page / page);
     }

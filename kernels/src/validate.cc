@@ -76,6 +76,11 @@ Status validate_view3(const View3<const float>& v, int64_t d0, int64_t d1, int64
 
 Status validate_kv_cache(const KvCache& cache, bool host_arrays, const char* op) {
   INFERGATE_K_RETURN_IF_ERROR(validate_kv_layout(cache.layout).context(op));
+  if (cache.layout.int4_group != kKvInt4Group) {
+    return invalid_argument(std::string(op) + ": int4 groups of " + std::to_string(cache.layout.int4_group) +
+                            " are for latent pages only; a grouped-query cache has groups of " +
+                            std::to_string(kKvInt4Group));
+  }
   if (cache.pages == nullptr || cache.num_pages < 1) {
     return invalid_argument(std::string(op) + ": the page pool is empty");
   }

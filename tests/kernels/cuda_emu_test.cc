@@ -398,7 +398,7 @@ void run_mla_typed(Rng& rng, const MlaCase& a) {
   SCOPED_TRACE(::testing::Message() << kv_dtype_name(a.dtype) << " page " << a.page << " heads " << a.hq
                                     << " row " << a.dim << "/" << a.value_dim << " split " << a.split_tokens
                                     << " slots " << a.slots);
-  const KvPageLayout l{a.dtype, a.page, 1, a.dim};
+  const KvPageLayout l = kv_latent_layout(a.dtype, a.page, a.value_dim, a.dim - a.value_dim);
   const int32_t seqs = static_cast<int32_t>(a.kv.size());
   int32_t max_pages = 1, total_pages = 2, max_kv = 1;
   for (int32_t kv : a.kv) {
@@ -493,7 +493,8 @@ TEST(CudaEmuMla, EveryLatentDtypeMatchesTheReferenceWithAndWithoutSplits) {
 TEST(CudaEmuMla, KimiWidthsSplitByTheSlotsTheyWouldLeaveEmpty) {
   Rng rng(906);
   SCOPED_TRACE(rng.trace());
-  // Kimi K2's 576-value row (512 latent + 64 rope), 16 heads (its 64 over 4 GPUs), a page of 64 tokens:
+  // Kimi K2's 576-value row (512 latent + 64 rope; int4 in groups of 128), 16 heads (its 64 over 4 GPUs),
+  // a page of 64 tokens:
   // two sequences leave a 32-slot GPU empty, so the KV range is split (min 256 tokens) and merged.
   run_mla(rng, {KvDtype::kInt4, 64, 16, 576, 512, {600, 70}, {1, 1}, 0, 32});
   run_mla(rng, {KvDtype::kInt8, 64, 16, 576, 512, {130}, {1}, 0, 1});

@@ -33,7 +33,7 @@ INFERGATE_DEV float kv_element(const KvPageLayout& l, const KvPageRegions& r, co
                              fp16_to_float(ld_u16(page + kv_int8_param_offset(l, params, h, t))));
     case KvDtype::kInt4:
     case KvDtype::kInt4Kivi: {
-      const uint8_t* pp = page + kv_int4_param_offset(l, params, h, t, c / kKvInt4Group);
+      const uint8_t* pp = page + kv_int4_param_offset(l, params, h, t, c / l.int4_group);
       return kv_int4_dequant(int4_get(row, c), fp16_to_float(ld_u16(pp)), fp16_to_float(ld_u16(pp + 2)));
     }
   }

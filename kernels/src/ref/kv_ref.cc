@@ -49,11 +49,12 @@ float get_f32(const uint8_t* p) {
   return v;
 }
 
-// Writes one int4 row of `d` values with (d, m) params per group of kKvInt4Group (64) channels.
-void write_int4_row(const float* x, int64_t head_dim, uint8_t* row, uint8_t* params) {
+// Writes one int4 row of `d` values with (d, m) params per group of `group` channels (the layout's
+// int4_group: 64, or 128 on some latent pages).
+void write_int4_row(const float* x, int64_t head_dim, int64_t group, uint8_t* row, uint8_t* params) {
   std::memset(row, 0, static_cast<size_t>(kv_row_bytes(KvDtype::kInt4, head_dim)));
-  for (int64_t g = 0; g < kv_int4_groups(head_dim); ++g) {
-    const int64_t c0 = g * kKvInt4Group, c1 = std::min<int64_t>(head_dim, c0 + kKvInt4Group);
+  for (int64_t g = 0; g * group < head_dim; ++g) {
+    const int64_t c0 = g * group, c1 = std::min<int64_t>(head_dim, c0 + group);
     float lo, hi;
     finite_range(x + c0, c1 - c0, 1, &lo, &hi);
     const KvInt4Params p = kv_int4_params(lo, hi);
@@ -66,9 +67,9 @@ void write_int4_row(const float* x, int64_t head_dim, uint8_t* row, uint8_t* par
   }
 }
 
-void read_int4_row(const uint8_t* row, const uint8_t* params, int64_t head_dim, float* y) {
+void read_int4_row(const uint8_t* row, const uint8_t* params, int64_t head_dim, int64_t group, float* y) {
   for (int64_t c = 0; c < head_dim; ++c) {
-    const int64_t g = c / kKvInt4Group;
+    const int64_t g = c / group;
     const float d = fp16_to_float(get_u16(params + g * 4)), m = fp16_to_float(get_u16(params + g * 4 + 2));
     y[c] = kv_int4_dequant(int4_get(row, c), d, m);
   }
@@ -126,7 +127,7 @@ void kv_write_row(const KvPageLayout& l, uint8_t* page, int64_t data, int64_t pa
     }
     case KvDtype::kInt4:
     case KvDtype::kInt4Kivi:  // the V side of kivi; its K side never comes here
-      write_int4_row(x, d, row, page + kv_int4_param_offset(l, params, h, t, 0));
+      write_int4_row(x, d, l.int4_group, row, page + kv_int4_param_offset(l, params, h, t, 0));
       break;
   }
 }
@@ -153,7 +154,9 @@ void kv_read_row(const KvPageLayout& l, const uint8_t* page, int64_t data, int64
       break;
     }
     case KvDtype::kInt4:
-    case KvDtype::kInt4Kivi: read_int4_row(row, page + kv_int4_param_offset(l, params, h, t, 0), d, y); break;
+    case KvDtype::kInt4Kivi:
+      read_int4_row(row, page + kv_int4_param_offset(l, params, h, t, 0), d, l.int4_group, y);
+      break;
   }
 }
 

@@ -12,10 +12,12 @@
 
 namespace infergate::kernels {
 
-// The KvCache the batch checks of attention read (layout and pool); nothing writes through it.
+// The KvCache the batch checks of attention read (layout and pool); nothing writes through it, and
+// nothing reads its int4 grouping (the latent's own was checked by validate_kv_layout).
 KvCache latent_as_kv(const LatentCache& c) {
   KvCache k;
   k.layout = c.layout;
+  k.layout.int4_group = kKvInt4Group;
   k.pages = c.pages;
   k.num_pages = c.num_pages;
   return k;

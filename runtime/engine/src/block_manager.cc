@@ -33,10 +33,21 @@ Status check_spec(const KvSpec& s) {
   }
   if (s.latent && s.num_kv_heads != 1)
     return invalid_argument("KV spec: a latent cache has one row per token");
+  if (s.latent && (s.latent_rank <= 0 || s.latent_rank > s.head_dim)) {
+    return invalid_argument("KV spec: a latent cache's latent_rank must be in [1, head_dim], got " +
+                            std::to_string(s.latent_rank))
+        .with_detail("field", "latent_rank");
+  }
   return ok_status();
 }
 
 }  // namespace
+
+int32_t kv_int4_group(const KvSpec& s) {
+  auto kd = kernel_kv_dtype(s.dtype);
+  if (!s.latent || !kd) return kernels::kKvInt4Group;
+  return kernels::kv_latent_layout(*kd, s.block_tokens, s.latent_rank, s.head_dim - s.latent_rank).int4_group;
+}
 
 double KvBytes::bytes_per_token() const {
   return static_cast<double>(block_bytes) / static_cast<double>(kBlockTokens);
@@ -46,7 +57,8 @@ Result<KvBytes> kv_bytes(const KvSpec& s) {
   INFERGATE_RETURN_IF_ERROR(check_spec(s));
   KvBytes b;
   if (auto kd = kernel_kv_dtype(s.dtype)) {
-    const kernels::KvPageLayout l{*kd, s.block_tokens, s.num_kv_heads, s.head_dim};
+    kernels::KvPageLayout l{*kd, s.block_tokens, s.num_kv_heads, s.head_dim};
+    l.int4_group = kv_int4_group(s);
     b.page_bytes = s.latent ? kernels::kv_latent_page_bytes(l) : kernels::kv_page_bytes(l);
     b.staging_bytes = kernels::kv_staging_bytes(l) * s.num_layers;
   } else {

@@ -425,6 +425,7 @@ Status CpuBackend::load() {
     shape_.num_kv_heads = 1;
     shape_.head_dim = static_cast<int32_t>(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim);
     shape_.latent_kv = true;
+    shape_.latent_rank = static_cast<int32_t>(c.mla->kv_lora_rank);
     attention_scale_ = mla_softmax_scale(c);
   }
   eps_ = static_cast<float>(c.rms_norm_eps);
@@ -526,9 +527,10 @@ Status CpuBackend::load() {
 Status CpuBackend::allocate_kv(const KvSpec& spec, int64_t num_blocks, int32_t max_sequences) {
   if (spec.num_layers != shape_.num_layers || spec.num_kv_heads != shape_.num_kv_heads ||
       spec.head_dim != shape_.head_dim || spec.block_tokens != kBlockTokens ||
-      spec.latent != shape_.latent_kv) {
+      spec.latent != shape_.latent_kv || (spec.latent && spec.latent_rank != shape_.latent_rank)) {
     return invalid_argument(
-        "KV spec does not match the model (layers, KV heads, head_dim, 16-token blocks, latent or not)");
+        "KV spec does not match the model (layers, KV heads, head_dim, 16-token blocks, latent or not, "
+        "latent rank)");
   }
   if (spec.latent) {
     max_sequences_ = max_sequences;

@@ -187,7 +187,10 @@ Status CpuBackend::allocate_latent(const KvSpec& spec, int64_t num_blocks) {
           .with_reason("KvPoolAllocationFailed");
     }
     k::LatentCache cache;
-    if (auto kd = kernel_kv_dtype(spec.dtype)) cache.layout = {*kd, spec.block_tokens, 1, spec.head_dim};
+    if (auto kd = kernel_kv_dtype(spec.dtype)) {
+      cache.layout = {*kd, spec.block_tokens, 1, spec.head_dim};
+      cache.layout.int4_group = kv_int4_group(spec);
+    }
     cache.pages = pages.data();
     cache.num_pages = num_blocks;
     latent_caches_.push_back(cache);

@@ -235,8 +235,8 @@ Result<KvModel> kv_model(const model::ModelConfig& c, kernels::KvDtype dtype, in
   m.page.page_size = kBlockTokens;
   if (c.mla) {
     m.kind = CacheKind::kLatent;
-    m.page.num_kv_heads = 1;
-    m.page.head_dim = static_cast<int32_t>(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim);
+    m.page = kernels::kv_latent_layout(dtype, kBlockTokens, static_cast<int32_t>(c.mla->kv_lora_rank),
+                                       static_cast<int32_t>(c.mla->qk_rope_head_dim));
   } else {
     m.kind = CacheKind::kGroupedQuery;
     m.page.num_kv_heads = static_cast<int32_t>(kv_heads_per_gpu(c, tp));

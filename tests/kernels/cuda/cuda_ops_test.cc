@@ -311,7 +311,7 @@ TEST_F(CudaOps, MlaDecodeMatchesTheReferenceInEveryLatentDtype) {
   const std::vector<int32_t> kv = {3000, 1, 700, 64};
   for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
     SCOPED_TRACE(kv_dtype_name(dt));
-    const KvPageLayout l{dt, page, 1, dim};
+    const KvPageLayout l = kv_latent_layout(dt, page, dv, dim - dv);
     const int32_t seqs = static_cast<int32_t>(kv.size());
     int32_t max_pages = 1, total = 0;
     for (int32_t n : kv) {

@@ -38,7 +38,9 @@ struct Row {
 
 // The matrix's model: a Llama, or GLM-4.5's MoE layers (q/k norms, routed and shared experts; the
 // outlier key channels then sit on k_norm). Each architecture's fixture has its own model.
-template <m::Architecture kArch>
+// kLatent (MLA only): the latent width; 0 keeps small_options' 64. At 128 the int4 latent cache takes
+// groups of 128 (kernels::kv_latent_layout), as DeepSeek-V3's and Kimi K2's 512 do.
+template <m::Architecture kArch, int kLatent = 0>
 class QualityMatrixFor : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -50,6 +52,7 @@ class QualityMatrixFor : public ::testing::Test {
     o.vocab = 512;
     o.outlier_channels = 4;
     o.dtype = m::DType::kF32;
+    if (kLatent > 0) o.mla.kv_lora_rank = kLatent;
     dense_ = make_model(dir_->path() / "dense", o);
     int8_ = quantize(dense_, dir_->path() / "int8", m::WeightFormat::kInt8);
     int4_ = quantize(dense_, dir_->path() / "int4", m::WeightFormat::kInt4, false, 32);
@@ -66,6 +69,10 @@ class QualityMatrixFor : public ::testing::Test {
     return kArch == m::Architecture::kGlm4Moe
                ? "glm4_moe, 3 layers (1 dense, 2 with 8 experts in 2 groups, top 2, 1 shared), hidden 128, "
                  "head_dim 32, q/k norms, 4 outlier key channels per KV head on k_norm"
+           : kArch == m::Architecture::kDeepseekV3 && kLatent == 128
+               ? "deepseek_v3, 3 layers (1 dense, 2 routed as glm4_moe), hidden 128, 4 heads, latent 128 + "
+                 "rope 16 (a 144-value cached row; int4 in groups of 128 and 16), q_lora 32, YaRN, 4 outlier "
+                 "latent channels"
            : kArch == m::Architecture::kDeepseekV3
                ? "deepseek_v3, 3 layers (1 dense, 2 routed as glm4_moe), hidden 128, 4 heads, latent 64 + "
                  "rope 16 "
@@ -100,8 +107,8 @@ class QualityMatrixFor : public ::testing::Test {
   static inline std::vector<std::vector<float>>* baseline_ = nullptr;
 };
 
-template <m::Architecture kArch>
-void QualityMatrixFor<kArch>::check_every_format() {
+template <m::Architecture kArch, int kLatent>
+void QualityMatrixFor<kArch, kLatent>::check_every_format() {
   const WeightFormat wfs[] = {WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kInt8,
                               WeightFormat::kInt4};
   // A latent cache has no int4-kivi form.
@@ -242,6 +249,29 @@ TEST_F(QualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) 
 TEST_F(MoeQualityMatrix, EveryWeightFormatAndKvDtypeStaysWithinItsDocumentedBound) { check_every_format(); }
 TEST_F(MlaQualityMatrix, EveryWeightFormatAndLatentCacheDtypeStaysWithinItsDocumentedBound) {
   check_every_format();
+}
+using MlaQualityMatrix128 = QualityMatrixFor<m::Architecture::kDeepseekV3, 128>;
+// The int4 latent in groups of 128 (3.74x fewer bytes than fp16 at Kimi K2's widths) against fp32,
+// beside the same model's fp16 and int8 caches: held to the matrix's int4-latent bound. This model's
+// fp16 weights alone flip enough routing decisions to cost a KL of ~1.4e-2 (every cell carries it), so
+// its bounds are the int4 row's, not the fp16 ones of the latent-64 matrix.
+TEST_F(MlaQualityMatrix128, Int4LatentInGroupsOf128StaysWithinTheMatrixBound) {
+  std::printf(
+      "\n| fp16 weights / latent cache (latent 128) | top-1 agreement | mean KL | bytes/token/layer |\n"
+      "|---|---|---|---|\n");
+  std::map<KvCacheDtype, QualityMetrics> q;
+  for (KvCacheDtype kv : {KvCacheDtype::kF16, KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+    EngineSetup setup{WeightFormat::kF16, kv};
+    setup.smooth_keys = smooth_keys_enabled(SmoothKeys::kAuto, kv);
+    auto e = make_engine(dense_, setup);
+    q[kv] = against_baseline(*e);
+    std::printf("| %s | %.4f | %.2e | %.0f |\n", std::string(kv_cache_dtype_name(kv)).c_str(),
+                q[kv].top1_agreement, q[kv].mean_kl, e->blocks().bytes().bytes_per_token() / layers_);
+  }
+  std::printf("(%s)\n", model_description());
+  EXPECT_GE(q[KvCacheDtype::kInt4].top1_agreement, 0.88);
+  EXPECT_LE(q[KvCacheDtype::kInt4].mean_kl, 0.17);
+  EXPECT_LE(q[KvCacheDtype::kInt8].mean_kl, q[KvCacheDtype::kF16].mean_kl + 0.01);
 }
 
 // Decode attention over int8 / int4 KV quantizes q and the softmax weights to 8 bits where the CPU

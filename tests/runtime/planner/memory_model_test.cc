@@ -94,10 +94,12 @@ TEST(KvModel, DeepseekV3CachesTheLatentRowWithoutHeadsOrFactorTwo) {
   EXPECT_EQ(m.values_per_token_per_layer, 576);
   EXPECT_EQ(m.page_bytes, 16 * 576 * 2);
   EXPECT_EQ(m.bytes_per_token(), 61.0 * 576 * 2);
-  // fp8: one fp32 scale (padded to 16); int8: an fp16 scale per token; int4: 9 groups of 64 per token.
+  // fp8: one fp32 scale (padded to 16); int8: an fp16 scale per token; int4: 4 groups of 128 over the
+  // latent and one of 64 over the rope key per token (kv_latent_layout).
   EXPECT_EQ(kv("deepseek-v3", KvDtype::kFp8E4M3).page_bytes, 16 * 576 + 16);
   EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt8).page_bytes, 16 * 576 + 16 * 2);
-  EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt4).page_bytes, 16 * 288 + 16 * 9 * 4);
+  EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt4).page_bytes, 16 * 288 + 16 * 5 * 4);
+  EXPECT_EQ(kv("deepseek-v3", KvDtype::kInt4).page.int4_group, 128);
   KvModel kivi = kv("deepseek-v3", KvDtype::kInt4Kivi);
   EXPECT_EQ(kivi.page_bytes, 16 * 288 + 576 * 4);
   EXPECT_EQ(kivi.staging_bytes_per_layer, 16 * 576 * 2);

@@ -170,6 +170,7 @@ TEST(PlannerMatchesEngine, LatentKvPagesAndPoolBytesEqualTheBackendsAllocation) 
     spec.num_kv_heads = 1;
     spec.head_dim = static_cast<int32_t>(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim);
     spec.latent = true;
+    spec.latent_rank = static_cast<int32_t>(c.mla->kv_lora_rank);
     auto bytes = eng::kv_bytes(spec);
     ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
     EXPECT_EQ(planned->page_bytes, bytes->page_bytes);
@@ -178,7 +179,7 @@ TEST(PlannerMatchesEngine, LatentKvPagesAndPoolBytesEqualTheBackendsAllocation) 
     ASSERT_TRUE(backend->allocate_kv(spec, blocks, 3).ok());
     EXPECT_EQ(planned->bytes_for(3, 100), backend->kv_bytes());
   }
-  eng::KvSpec kivi{eng::KvCacheDtype::kInt4Kivi, 2, 1, 160, eng::kBlockTokens, true};
+  eng::KvSpec kivi{eng::KvCacheDtype::kInt4Kivi, 2, 1, 160, eng::kBlockTokens, true, 128};
   auto refused = eng::kv_bytes(kivi);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().reason(), "UnsupportedCombination");

@@ -62,6 +62,7 @@ struct ModelShape {
   // Multi-head latent attention (DeepSeek-V3, Kimi K2): the cache holds one row per token, so
   // num_kv_heads is 1 and head_dim is the row's width (kv_lora_rank + qk_rope_head_dim).
   bool latent_kv = false;
+  int32_t latent_rank = 0;  // kv_lora_rank when latent_kv
 };
 
 // Guarantees: forward() either writes every K/V of its tokens into the pool and fills `out`, or

@@ -30,7 +30,14 @@ struct KvSpec {
   // Multi-head latent attention: one row per token (num_kv_heads 1, head_dim = latent + rope width),
   // no V side (kernels::kv_latent_page_bytes); int4-kivi has no latent form.
   bool latent = false;
+  // A latent cache's latent width (kv_lora_rank; the rest of head_dim is the rope key). It decides the
+  // int4 grouping (kv_int4_group), so the planner and the engine must agree on it.
+  int32_t latent_rank = 0;
 };
+
+// Values per (d, m) pair of an int4 page: kernels::kv_latent_layout's rule for a latent cache (128
+// when latent_rank is a multiple of 128), else 64.
+int32_t kv_int4_group(const KvSpec& spec);
 
 // The one memory model for the KV cache (the capacity planner predicts these same numbers).
 struct KvBytes {
