@@ -77,9 +77,9 @@ Status validate_kv_layout(const KvPageLayout& l) {
     return invalid_argument("head_dim " + std::to_string(l.head_dim) + " is outside 1..1024");
   }
   if (l.int4_group != kKvInt4Group && !(l.dtype == KvDtype::kInt4 && l.int4_group == kKvInt4LatentGroup)) {
-    return invalid_argument("int4 group of " + std::to_string(l.int4_group) + " values: " +
-                            std::to_string(kKvInt4Group) + ", or " + std::to_string(kKvInt4LatentGroup) +
-                            " for int4 latent pages");
+    return invalid_argument("int4 group of " + std::to_string(l.int4_group) +
+                            " values: " + std::to_string(kKvInt4Group) + ", or " +
+                            std::to_string(kKvInt4LatentGroup) + " for int4 latent pages");
   }
   return ok_status();
 }

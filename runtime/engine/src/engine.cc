@@ -87,7 +87,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const m::Model> m
         .with_detail("max_context_length", std::to_string(info.max_context));
   }
   if (o.max_sequences <= 0) return invalid_argument("max sequences must be positive");
-  KvSpec spec{o.kv_dtype,   shape.num_layers, shape.num_kv_heads,    shape.head_dim,
+  KvSpec spec{o.kv_dtype,   shape.num_layers, shape.num_kv_heads, shape.head_dim,
               kBlockTokens, shape.latent_kv,  shape.latent_rank};
   int64_t num_blocks = o.num_blocks;
   if (num_blocks <= 0 && o.kv_budget_bytes > 0) {

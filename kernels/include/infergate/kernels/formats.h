@@ -256,7 +256,8 @@ constexpr int64_t kv_latent_page_bytes(const KvPageLayout& l) { return kv_latent
 // latent width is a multiple of 128, so the latent's groups end where the rope key starts and the rope
 // values keep a (d, m) pair of their own (512 + 64: 4 groups of 128 and one of 64, 4.28 bits per value,
 // 3.74x fewer bytes than fp16; groups of 64 gave 4.5 bits, 3.56x). Other widths keep groups of 64.
-constexpr KvPageLayout kv_latent_layout(KvDtype dt, int32_t page_size, int32_t latent_width, int32_t rope_width) {
+constexpr KvPageLayout kv_latent_layout(KvDtype dt, int32_t page_size, int32_t latent_width,
+                                        int32_t rope_width) {
   KvPageLayout l{dt, page_size, 1, latent_width + rope_width};
   if (dt == KvDtype::kInt4 && latent_width % kKvInt4LatentGroup == 0) l.int4_group = kKvInt4LatentGroup;
   return l;
