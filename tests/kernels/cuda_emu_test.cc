@@ -502,30 +502,8 @@ TEST(CudaEmuMla, KimiWidthsSplitByTheSlotsTheyWouldLeaveEmpty) {
 
 // ---- routed experts: align, the experts' linear layers, combine ----
 
-struct HostWeight {
-  WeightLayout layout;
-  std::vector<uint8_t> data, zeros;
-  std::vector<uint16_t> scales;
-  WeightView view() const {
-    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
-            zeros.empty() ? nullptr : zeros.data()};
-  }
-};
-
-HostWeight make_weight(Rng& rng, const WeightLayout& l) {
-  HostWeight w;
-  w.layout = l;
-  const WeightBytes b = weight_bytes(l);
-  w.data.resize(static_cast<size_t>(b.data));
-  w.scales.resize(static_cast<size_t>(b.scales / 2));
-  w.zeros.resize(static_cast<size_t>(b.zeros));
-  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
-  EXPECT_TRUE(quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
-                                  {w.data.data(), w.scales.empty() ? nullptr : w.scales.data(),
-                                   w.zeros.empty() ? nullptr : w.zeros.data()})
-                  .ok());
-  return w;
-}
+using testing::HostWeight;
+constexpr auto make_weight = &testing::make_host_weight;
 
 // Runs align + expert linear (+ combine) on the emulator for `experts` [T, top_k] and compares every
 // assignment's row with linear_ref of its expert, in both x layouts (a token's x for all its experts,

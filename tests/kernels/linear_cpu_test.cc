@@ -16,33 +16,8 @@ namespace {
 
 using testing::Rng;
 
-struct Weight {
-  WeightLayout layout;
-  std::vector<uint8_t> data, zeros;
-  std::vector<uint16_t> scales;
-  WeightView view() const {
-    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
-            zeros.empty() ? nullptr : zeros.data()};
-  }
-};
-
-Weight make_weight(Rng& rng, const WeightLayout& l) {
-  Weight w;
-  w.layout = l;
-  const WeightBytes b = weight_bytes(l);
-  w.data.resize(static_cast<size_t>(b.data));
-  w.scales.resize(static_cast<size_t>(b.scales / 2));
-  w.zeros.resize(static_cast<size_t>(b.zeros));
-  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
-  if (l.format == WeightFormat::kInt4Asym) {
-    for (auto& x : src) x += 0.02f;
-  }
-  EXPECT_TRUE(
-      quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
-                          {w.data.data(), w.scales.data(), w.zeros.empty() ? nullptr : w.zeros.data()})
-          .ok());
-  return w;
-}
+using Weight = testing::HostWeight;
+constexpr auto make_weight = &testing::make_host_weight;
 
 // |y - ref| <= 2e-6 * sum_k |x_k w_k| + 2^-23 |ref| + 1e-7 per output: fp32 summation against the double
 // reference, plus one unit in the last place of the output itself (the fp32 scale and bias steps).

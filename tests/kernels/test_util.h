@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "infergate/kernels/ref.h"
+
 namespace infergate::kernels::testing {
 
 // The seed of a test: INFERGATE_TEST_SEED when set (to replay a failure), otherwise `fallback`.
@@ -86,8 +88,8 @@ inline ::testing::AssertionResult bit_equal(const float* got, const float* want,
     std::memcpy(&b, &want[i], 4);
     if (a != b) {
       if (bad < 8) {
-        msg << "\n  [" << i << "] got " << got[i] << " (0x" << std::hex << a << ") want " << want[i] << " (0x" << b
-            << ")" << std::dec;
+        msg << "\n  [" << i << "] got " << got[i] << " (0x" << std::hex << a << ") want " << want[i] << " (0x"
+            << b << ")" << std::dec;
       }
       ++bad;
     }
@@ -125,6 +127,35 @@ void for_each_isa(Fn&& fn) {
     fn(isa);
   }
   ASSERT_TRUE(set_cpu_isa(cpu_isa_detected()).ok());
+}
+
+// A quantized weight in host memory: rows of N(0, 0.05) (+0.02 for int4-asym, so the zero points vary)
+// quantized by quantize_weight_ref into `l`.
+struct HostWeight {
+  WeightLayout layout;
+  std::vector<uint8_t> data, zeros;
+  std::vector<uint16_t> scales;
+  WeightView view() const {
+    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
+            zeros.empty() ? nullptr : zeros.data()};
+  }
+};
+inline HostWeight make_host_weight(Rng& rng, const WeightLayout& l) {
+  HostWeight w;
+  w.layout = l;
+  const WeightBytes b = weight_bytes(l);
+  w.data.resize(static_cast<size_t>(b.data));
+  w.scales.resize(static_cast<size_t>(b.scales / 2));
+  w.zeros.resize(static_cast<size_t>(b.zeros));
+  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+  if (l.format == WeightFormat::kInt4Asym) {
+    for (auto& x : src) x += 0.02f;
+  }
+  EXPECT_TRUE(quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
+                                  {w.data.data(), w.scales.empty() ? nullptr : w.scales.data(),
+                                   w.zeros.empty() ? nullptr : w.zeros.data()})
+                  .ok());
+  return w;
 }
 
 }  // namespace infergate::kernels::testing
