@@ -481,9 +481,12 @@ const MlaBench& mla_cache(KvDtype dt) {
   return c;
 }
 
+// Arg 1: 0 = the exact fp32 path for int8 / int4 latent pages even where the integer path exists.
 void BM_MlaDecode(benchmark::State& state) {
   const auto dt = static_cast<KvDtype>(state.range(0));
   const MlaBench& c = mla_cache(dt);
+  set_cpu_int_attention(state.range(1) != 0);
+  const bool int_used = cpu_int_attention() && (dt == KvDtype::kInt8 || dt == KvDtype::kInt4);
   std::vector<float> q = normals(kMlaSeqs * kMlaHeads * kMlaRow, 1.0f),
                      out(kMlaSeqs * kMlaHeads * kMlaLatent);
   const double cpu0 = process_cpu_seconds();
@@ -495,13 +498,19 @@ void BM_MlaDecode(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.counters["cpu_ms"] = 1e3 * (process_cpu_seconds() - cpu0) / static_cast<double>(state.iterations());
+  set_cpu_int_attention(true);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * c.pool_bytes);
   state.SetLabel(std::string(kv_dtype_name(dt)) + " latent, " +
-                 std::to_string(kv_latent_page_bytes(c.cache.layout) / kPage) + " B/token");
+                 std::to_string(kv_latent_page_bytes(c.cache.layout) / kPage) + " B/token" +
+                 (int_used ? ", VNNI" : ", fp32"));
 }
 BENCHMARK(BM_MlaDecode)
     ->Name("mla_decode")
-    ->DenseRange(static_cast<int>(KvDtype::kF16), static_cast<int>(KvDtype::kInt4), 1)
+    ->ArgsProduct({benchmark::CreateDenseRange(static_cast<int>(KvDtype::kF16),
+                                               static_cast<int>(KvDtype::kInt4), 1),
+                   {1}})
+    ->Args({static_cast<int>(KvDtype::kInt8), 0})
+    ->Args({static_cast<int>(KvDtype::kInt4), 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(0.5);
@@ -561,7 +570,11 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       }
       if (r.name.rfind("mla_decode", 0) == 0 && f16_mla > 0) {  // vs the fp16 latent cache
         std::printf(" %11.2fx", f16_mla / r.time);
-        if (fma_peak_ > 0) std::printf(" %11.0f%%", 100.0 * kMlaMacs / (r.time * 1e-3) / fma_peak_);
+        if (fma_peak_ > 0 && r.label.find("VNNI") == std::string::npos) {
+          std::printf(" %11.0f%%", 100.0 * kMlaMacs / (r.time * 1e-3) / fma_peak_);
+        } else {
+          std::printf(" %12s", "-");
+        }
         if (f16_mla_cpu > 0 && r.cpu_ms > 0) std::printf(" %13.2fx", f16_mla_cpu / r.cpu_ms);
       }
       std::printf("\n");

@@ -24,8 +24,9 @@ struct Pool {
   std::vector<uint8_t> bytes;
   LatentCache cache;
   // latent > 0: the model's layout (kv_latent_layout: int4 groups of 128 when latent % 128 == 0).
-  Pool(KvDtype dt, int32_t dim, int64_t pages, int32_t latent = 0) {
-    cache.layout = latent > 0 ? kv_latent_layout(dt, 16, latent, dim - latent) : KvPageLayout{dt, 16, 1, dim};
+  Pool(KvDtype dt, int32_t dim, int64_t pages, int32_t latent = 0, int32_t page_size = 16) {
+    cache.layout = latent > 0 ? kv_latent_layout(dt, page_size, latent, dim - latent)
+                              : KvPageLayout{dt, page_size, 1, dim};
     bytes.assign(static_cast<size_t>(kv_latent_page_bytes(cache.layout) * pages), 0xA5);  // garbage
     cache.pages = bytes.data();
     cache.num_pages = pages;
@@ -207,8 +208,10 @@ TEST(Latent, Int4GroupsOf128CostLittleMoreAttentionErrorThanGroupsOf64) {
 }
 
 // A ragged batch: a decode token after 70 cached tokens, a 5-token chunk after 12, a fresh 3-token
-// prompt; pages scattered through the pool.
+// prompt; pages scattered through the pool. The exact path on every instruction set (the integer path
+// over int8 / int4 pages has its own test below).
 TEST(MlaAttention, MatchesTheReferenceInEveryDtypeHeadCountAndIsa) {
+  set_cpu_int_attention(false);
   Rng rng(403);
   SCOPED_TRACE(rng.trace());
   const int32_t kv_len[] = {71, 17, 3}, q_len[] = {1, 5, 3};
@@ -254,6 +257,154 @@ TEST(MlaAttention, MatchesTheReferenceInEveryDtypeHeadCountAndIsa) {
           EXPECT_TRUE(testing::all_close(got, want, 2e-5f, 2e-5f));
         });
         (void)q_len;
+      }
+    }
+  }
+  set_cpu_int_attention(true);
+}
+
+// ---- the integer path (AVX-512 VNNI) over int8 / int4 latent pages ----
+
+// Absorbed attention over the unquantized rows in double: what the latent format's error is measured
+// against. rows[s]: sequence s's [kv_len][dim] rows; q [tokens][heads][dim].
+std::vector<float> dense_mla(const std::vector<std::vector<float>>& rows, const std::vector<int32_t>& kv_len,
+                             const std::vector<int32_t>& q_start, const std::vector<float>& q, int32_t heads,
+                             int32_t dim, int32_t value_dim, float scale) {
+  std::vector<float> out(static_cast<size_t>(q_start.back() * heads * value_dim));
+  for (size_t s = 0; s < kv_len.size(); ++s) {
+    const int32_t q_len = q_start[s + 1] - q_start[s];
+    for (int32_t i = 0; i < q_len; ++i) {
+      const int32_t tok = q_start[s] + i, visible = kv_len[s] - q_len + i + 1;
+      for (int32_t h = 0; h < heads; ++h) {
+        const float* qh = q.data() + (static_cast<size_t>(tok) * heads + h) * dim;
+        std::vector<double> sc(static_cast<size_t>(visible));
+        double mx = -INFINITY, sum = 0;
+        for (int32_t t = 0; t < visible; ++t) {
+          double dot = 0;
+          for (int32_t x = 0; x < dim; ++x) dot += double{qh[x]} * rows[s][static_cast<size_t>(t * dim + x)];
+          sc[static_cast<size_t>(t)] = dot * scale;
+          mx = std::max(mx, sc[static_cast<size_t>(t)]);
+        }
+        std::vector<double> o(static_cast<size_t>(value_dim), 0.0);
+        for (int32_t t = 0; t < visible; ++t) {
+          const double p = std::exp(sc[static_cast<size_t>(t)] - mx);
+          sum += p;
+          for (int32_t x = 0; x < value_dim; ++x)
+            o[static_cast<size_t>(x)] += p * rows[s][static_cast<size_t>(t * dim + x)];
+        }
+        for (int32_t x = 0; x < value_dim; ++x) {
+          out[(static_cast<size_t>(tok) * heads + h) * value_dim + x] =
+              static_cast<float>(o[static_cast<size_t>(x)] / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// RMS of a - b over the rows [r0, r1) of width w, relative to the RMS of b there.
+double rel_rms(const std::vector<float>& a, const std::vector<float>& b, size_t r0, size_t r1, size_t w) {
+  double e = 0, x = 0;
+  for (size_t i = r0 * w; i < r1 * w; ++i) {
+    e += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    x += double{b[i]} * b[i];
+  }
+  return std::sqrt(e / x);
+}
+
+// The integer path quantizes q per head to int8 and the softmax weights per (head, 32-token chunk,
+// group) to u8. Over the same pages it must add less error than the latent format itself (the
+// reference against attention over the unquantized rows), overall and in every (token, head) row (a
+// row written from another head's state, a group's minimum added to the wrong channels, or a chunk
+// dropped is an error of the output's own size). Shapes: Kimi K2's row (512 + 64, int4 groups of 128
+// with the rope key a group of 64), a 128 + 64 row (int4 groups of 64), head counts that leave 1-3
+// heads after the blocks of 4, decode and prefill rows, chunks that end mid-page and 5-token pages
+// (tiles straddle pages, scales gathered).
+TEST(MlaAttentionInt, AddsLessErrorThanTheLatentFormatInEveryRow) {
+  set_cpu_int_attention(true);
+  if (cpu_isa_detected() != CpuIsa::kAvx512 || !cpu_int_attention())
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the exact path is the only one";
+  Rng rng(412);
+  SCOPED_TRACE(rng.trace());
+  struct Shape {
+    int32_t dim, latent, page;
+  };
+  const std::vector<int32_t> kv_len = {300, 17, 40, 33}, q_start = {0, 1, 6, 9, 10};
+  for (const Shape sh : {Shape{576, 512, 16}, Shape{192, 128, 16}, Shape{576, 512, 5}}) {
+    const int32_t max_pages = 300 / sh.page + 1;
+    std::vector<int32_t> table;
+    std::vector<std::vector<float>> rows;
+    for (size_t s = 0; s < kv_len.size(); ++s) {
+      rows.push_back(rng.normals(static_cast<size_t>(kv_len[s] * sh.dim)));
+      for (int32_t t = 0; t < kv_len[s] * sh.dim; ++t) {  // a rope key twice as large, outlier channels
+        const int32_t x = t % sh.dim;
+        if (x >= sh.latent) rows.back()[static_cast<size_t>(t)] *= 2.0f;
+        if (x % 97 == 5) rows.back()[static_cast<size_t>(t)] *= 6.0f;
+      }
+    }
+    const int32_t pages = static_cast<int32_t>(kv_len.size()) * max_pages;
+    for (int32_t p = 0; p < max_pages; ++p) {
+      for (size_t s = 0; s < kv_len.size(); ++s) table.push_back(0);
+    }
+    for (size_t s = 0; s < kv_len.size(); ++s) {  // sequences' pages interleaved, reversed
+      for (int32_t p = 0; p < max_pages; ++p) {
+        table[s * max_pages + p] =
+            pages - 1 - (p * static_cast<int32_t>(kv_len.size()) + static_cast<int32_t>(s));
+      }
+    }
+    for (KvDtype dt : {KvDtype::kInt8, KvDtype::kInt4}) {
+      Pool pool(dt, sh.dim, pages, sh.latent, sh.page);
+      for (size_t s = 0; s < kv_len.size(); ++s) {
+        std::vector<int32_t> ids, slots;
+        for (int32_t t = 0; t < kv_len[s]; ++t) {
+          ids.push_back(table[s * max_pages + t / sh.page]);
+          slots.push_back(t % sh.page);
+        }
+        ASSERT_TRUE(latent_append_cpu(pool.cache, contiguous<const float>(rows[s].data(), kv_len[s], sh.dim),
+                                      ids.data(), slots.data())
+                        .ok());
+      }
+      for (int32_t heads : {1, 7, 64}) {
+        SCOPED_TRACE(::testing::Message()
+                     << kv_dtype_name(dt) << " row " << sh.dim << " page " << sh.page << " heads " << heads);
+        AttentionBatch b;
+        b.num_seqs = static_cast<int32_t>(kv_len.size());
+        b.num_q_heads = heads;
+        b.scale = 1.0f / std::sqrt(192.0f);
+        b.q_start = q_start.data();
+        b.kv_len = kv_len.data();
+        b.block_table = table.data();
+        b.max_pages_per_seq = max_pages;
+        const int32_t tokens = q_start.back();
+        std::vector<float> q = rng.normals(static_cast<size_t>(tokens * heads * sh.dim), 1.5f);
+        const auto qv = contiguous<const float>(q.data(), tokens, heads, sh.dim);
+        std::vector<float> want(static_cast<size_t>(tokens * heads * sh.latent)), got(want.size(), NAN);
+        ASSERT_TRUE(
+            mla_attention_ref(pool.cache, b, qv, sh.latent, contiguous(want.data(), tokens, heads, sh.latent))
+                .ok());
+        ASSERT_TRUE(
+            mla_attention_cpu(pool.cache, b, qv, sh.latent, contiguous(got.data(), tokens, heads, sh.latent))
+                .ok());
+        ASSERT_TRUE(testing::all_finite(got));
+        const std::vector<float> exact =
+            dense_mla(rows, kv_len, q_start, q, heads, sh.dim, sh.latent, b.scale);
+        const size_t n = static_cast<size_t>(tokens * heads), w = static_cast<size_t>(sh.latent);
+        const double added = rel_rms(got, want, 0, n, w), format = rel_rms(want, exact, 0, n, w);
+        EXPECT_LT(added, format);
+        // Per row: within 3x the format's own error of the row, or 4x its error over the whole batch
+        // (a row whose format error happens to be small); a wrong row is ~1.4.
+        double worst = 0;
+        for (size_t r = 0; r < n; ++r) {
+          const double row_added = rel_rms(got, want, r, r + 1, w),
+                       row_format = rel_rms(want, exact, r, r + 1, w);
+          worst = std::max(worst, row_added);
+          EXPECT_LT(row_added, std::max(3 * row_format, 4 * format))
+              << "token " << r / heads << " head " << r % heads;
+        }
+        std::printf(
+            "[ int path ] %-5s latent, row %3d, page %2d, %2d heads: format error %.2e, added %.2e "
+            "(RMS / RMS output); worst row added %.2e\n",
+            kv_dtype_name(dt), sh.dim, sh.page, heads, format, added, worst);
       }
     }
   }

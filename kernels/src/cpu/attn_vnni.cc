@@ -336,29 +336,34 @@ static inline I token_sums(const I* a) {
 // in dword i of lane L; one permute puts the tokens back in order). Against the 16 x 16 dword
 // transpose it moves far less through the load and store ports (nothing stored to read back, q loaded
 // once per 16 bytes, not per 4) for somewhat more shuffles (the per-row reductions).
-// acc[r * groups + g] = the dot product over 64-channel group g, lane t = token t (rows[t]: its K row).
-template <int R>
+// acc[r * groups + g] = the dot product over group g, lane t = token t (rows[t]: its K row). A group is
+// U units of 64 channels (32 bytes of a row, 2 blocks): U = 1 for the 64-channel groups of KV pages,
+// 2 for the 128-channel groups of latent pages, whose last group (the rope key) may be one unit.
+template <int R, int U = 1>
 static void k_int4_blocks(const State& st, int64_t r0, const uint8_t* const* rows, I* acc) {
-  const int64_t d = st.d, G = st.groups;
+  const int64_t d = st.d, G = st.groups, units = d / 64;
   const I lo4 = _mm512_set1_epi8(0x0F);
-  for (int64_t grp = 0; grp < G; ++grp) {  // group grp: bytes 32 grp .. 32 grp + 31 of a row (2 blocks)
-    I blk[4][2];
-    load_blocks(rows, 32 * grp, blk);
+  for (int64_t grp = 0; grp < G; ++grp) {
     I a[R][4];
     for (int r = 0; r < R; ++r) {
       for (int q = 0; q < 4; ++q) a[r][q] = vi_zero();
     }
-    for (int b = 0; b < 2; ++b) {
-      const int64_t at = 16 * (2 * grp + b);  // the block's even (odd) codes of q
-      for (int q = 0; q < 4; ++q) {
-        const I lo = _mm512_and_si512(blk[q][b], lo4);
-        const I hi = _mm512_and_si512(_mm512_srli_epi16(blk[q][b], 4), lo4);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* even = st.qc + (r0 + r) * d;
-          const I qe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + at)));
-          const I qo =
-              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + d / 2 + at)));
-          a[r][q] = dp(dp(a[r][q], lo, qe), hi, qo);
+    const int64_t u0 = U * grp, u1 = U == 1 ? u0 + 1 : (u0 + U < units ? u0 + U : units);
+    for (int64_t unit = u0; unit < u1; ++unit) {  // bytes 32 unit .. 32 unit + 31 of a row
+      I blk[4][2];
+      load_blocks(rows, 32 * unit, blk);
+      for (int b = 0; b < 2; ++b) {
+        const int64_t at = 16 * (2 * unit + b);  // the block's even (odd) codes of q
+        for (int q = 0; q < 4; ++q) {
+          const I lo = _mm512_and_si512(blk[q][b], lo4);
+          const I hi = _mm512_and_si512(_mm512_srli_epi16(blk[q][b], 4), lo4);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* even = st.qc + (r0 + r) * d;
+            const I qe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + at)));
+            const I qo =
+                _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + d / 2 + at)));
+            a[r][q] = dp(dp(a[r][q], lo, qe), hi, qo);
+          }
         }
       }
     }
@@ -438,17 +443,22 @@ static void softmax_rows(const State& st, int64_t n) {
   }
 }
 
+// How V codes and their weights pair up: int8 (one scale per token), int4 in groups of 64 channels
+// (a 128-channel slice holds two groups), int4 in groups of 128 (a slice is one group; latent pages).
+enum class VKind { kInt8, kInt4G64, kInt4G128 };
+
 // o (R rows, sub-slice `sub` of 4 vectors) = o * alpha + sw * (int32 sums over the chunk's weight
 // codes and the interleaved V).
-template <int R, bool INT4>
+template <int R, VKind KIND>
 static void v_accumulate(const State& st, int64_t r0, int64_t sub) {
+  constexpr bool INT4 = KIND == VKind::kInt4G64;  // two groups per slice
   I acc[R][4];
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < 4; ++k) acc[r][k] = vi_zero();
   }
   // int4: lanes of 128-bit lanes 0-1 take group g0, of 2-3 group g0 + 1 (sub-slice = 128 channels'
-  // even or odd half).
-  const int64_t g0 = INT4 ? 2 * (sub / 2) : 0;
+  // even or odd half); groups of 128: the slice's one group.
+  const int64_t g0 = INT4 ? 2 * (sub / 2) : KIND == VKind::kInt4G128 ? sub / 2 : 0;
   // int4: row r's codes of groups g0 and g0 + 1 (32 bytes each), in a register for the whole chunk; the
   // operand of tokens 4 tb .. 4 tb + 3 is dword tb of each half, spread over its 8 lanes.
   I both[R];
@@ -465,7 +475,8 @@ static void v_accumulate(const State& st, int64_t r0, int64_t sub) {
       if constexpr (INT4) {
         w = _mm512_permutexvar_epi32(idx, both[r]);
       } else {
-        w = vi_set1(load_i32(st.wc + (r0 + r) * 32 + 4 * tb));
+        w = vi_set1(
+            load_i32(st.wc + (KIND == VKind::kInt8 ? (r0 + r) : (r0 + r) * st.groups + g0) * 32 + 4 * tb));
       }
       acc[r][0] = dp(acc[r][0], w, v0);
       acc[r][1] = dp(acc[r][1], w, v1);
@@ -486,28 +497,32 @@ static void v_accumulate(const State& st, int64_t r0, int64_t sub) {
   }
 }
 
-template <bool INT4>
-static void v_all(const State& st) {
-  const int64_t subs = st.d / 64;
+// The first dv channels of V (st.d for KV pages; the latent's width for latent pages).
+template <VKind KIND>
+static void v_all(const State& st, int64_t dv) {
+  const int64_t subs = dv / 64;
   for (int64_t sub = 0; sub < subs; ++sub) {
-    for_row_blocks(st.rows, [&](auto R, int64_t r) { v_accumulate<decltype(R)::value, INT4>(st, r, sub); });
+    for_row_blocks(st.rows, [&](auto R, int64_t r) { v_accumulate<decltype(R)::value, KIND>(st, r, sub); });
   }
 }
 
-// The V side of one head for a chunk of n tokens (vrow: their V rows, kZeroRow past n): the rows
-// interleaved 4 tokens per 32-bit lane into st.vt (int4: low and high nibbles as separate sub-slices),
-// prefetching the next chunk's rows (tile h: pf_bytes[h] at pfv[h]) 4 lines per quad and slice, then
-// accumulated into st.o.
-template <bool INT4>
-static void v_side(const State& st, const uint8_t* const* vrow, int64_t n, const uint8_t* const* pfv,
-                   const int64_t* pf_bytes) {
+// The V side of one head for a chunk of n tokens (vrow: their V rows, kZeroRow past n; the first dv
+// channels): the rows interleaved 4 tokens per 32-bit lane into st.vt (int4: low and high nibbles as
+// separate sub-slices), prefetching the next chunk's rows (tile h: pf_bytes[h] at pfv[h]; none when
+// pfv is null) 4 lines per quad and slice, then accumulated into st.o.
+template <VKind KIND>
+static void v_side(const State& st, int64_t dv, const uint8_t* const* vrow, int64_t n,
+                   const uint8_t* const* pfv, const int64_t* pf_bytes) {
+  constexpr bool INT4 = KIND != VKind::kInt8;
   const int64_t quads = (n + 3) / 4;
   const I lo4 = _mm512_set1_epi8(0x0F);
-  for (int64_t sl = 0; sl < st.d / (INT4 ? 128 : 64); ++sl) {
+  for (int64_t sl = 0; sl < dv / (INT4 ? 128 : 64); ++sl) {
     for (int64_t tb = 0; tb < kTok / 4; ++tb) {
       const int64_t pq = (sl * 4 + tb % 4) * 256;
-      for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
-        __builtin_prefetch(pfv[tb / 4] + off, 0, 2);
+      if (pfv != nullptr) {
+        for (int64_t off = pq; off < pq + 256 && off < pf_bytes[tb / 4]; off += 64)
+          __builtin_prefetch(pfv[tb / 4] + off, 0, 2);
+      }
       I e[4];
       if (tb >= quads) {
         e[0] = e[1] = e[2] = e[3] = vi_zero();
@@ -527,7 +542,7 @@ static void v_side(const State& st, const uint8_t* const* vrow, int64_t n, const
       }
     }
   }
-  v_all<INT4>(st);
+  v_all<KIND>(st, dv);
 }
 
 // Channel of position pos in the interleaved order of the output (see v_accumulate / interleave4).
@@ -787,9 +802,9 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
         if (pf_page[h] != nullptr) pfv[h] = pf_page[h] + hd.v_row0 + pf_slot[h] * rb;
       }
       if (dt == KvDtype::kInt8) {
-        v_side<false>(hd.st, c.vrow, n, pfv, pf_bytes);
+        v_side<VKind::kInt8>(hd.st, d, c.vrow, n, pfv, pf_bytes);
       } else {
-        v_side<true>(hd.st, c.vrow, n, pfv, pf_bytes);
+        v_side<VKind::kInt4G64>(hd.st, d, c.vrow, n, pfv, pf_bytes);
       }
     }
     kv += n;
@@ -819,6 +834,172 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   }
 }
 
+// ==== multi-head latent attention over int8 / int4 latent pages ====================================
+// The absorbed form is attention with one KV head whose K is the whole latent row (latent + rope key,
+// dk values) and whose V is its first dv values, shared by every query head: the unit is one query
+// token and its heads as the rows of one State, and every chunk of 32 latent rows is read, and its V
+// side interleaved, once for all of them. K and V are the same bytes, so the V weights use the K
+// side's scales (int8: the token's d; int4: the (d, m) of the latent's groups). Groups of 128 (the
+// latent layout's, kv_latent_layout) add up two 64-channel units per group on the K side and take one
+// weight per 128-channel slice on the V side. Same error terms as decode_unit: q and the weights at 8
+// bits; the exact path (kernels_impl.inc, mla_unit) stays the reference.
+void mla_unit(const MlaJob& j, int32_t seq, int64_t row, int64_t a0, int64_t a1, float* scratch) {
+  const LatentCache& cache = *j.cache;
+  const AttentionBatch& b = *j.batch;
+  const KvPageLayout& l = cache.layout;
+  const bool int4 = l.dtype == KvDtype::kInt4;
+  const int64_t dk = l.head_dim, dv = j.value_dim, psize = l.page_size, rows = a1 - a0;
+  const int64_t gs = int4 ? l.int4_group : dk, G = int4 ? kv_int4_groups(l) : 1;
+  const int64_t rb = kv_row_bytes(l.dtype, dk), prm_bytes = int4 ? G * 4 : 2;
+  const int64_t q0 = b.q_start[seq], q_len = b.q_start[seq + 1] - q0, kv_len = b.kv_len[seq];
+  const int64_t visible = kv_len - q_len + row + 1;
+  const KvPageRegions reg = kv_latent_page_regions(l);
+  uint8_t* end = nullptr;
+  const State st = carve(reinterpret_cast<uint8_t*>(scratch), dk, rows, G, &end, nullptr);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qv = j.q.at(q0 + row, a0 + r);
+    float* qf = st.qf + r * dk;
+    const V sc = vset1(b.scale);
+    for (int64_t c = 0; c < dk; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
+    alignas(64) int8_t codes[1024];
+    st.sq[r] = quantize_s8(qf, dk, int4 ? codes : st.qc + r * dk);
+    if (int4) {
+      split_even_odd(codes, dk, st.qc + r * dk, st.qc + r * dk + dk / 2);
+      for (int64_t g = 0; g < G; ++g) {
+        st.qg[r * G + g] = sum_s8(codes + gs * g, (g + 1) * gs < dk ? gs : dk - g * gs);
+      }
+    } else {
+      st.corr[r] = 128 * sum_s8(st.qc + r * dk, dk);
+    }
+    for (int64_t c = 0; c < dk; c += kW) vstore(st.o + r * dk + c, vzero());
+    for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
+    vstore(st.lsum + r * 16, vzero());
+    st.mx[r] = -INFINITY;
+  }
+
+  const int32_t* table = b.block_table + int64_t{seq} * b.max_pages_per_seq;
+  const int64_t page_bytes = kv_latent_page_bytes(l);
+  auto page_at = [&](int64_t i) { return cache.pages + int64_t{table[i]} * page_bytes; };
+  const uint8_t* krow[kTok];  // the chunk's rows, kZeroRow past its end
+  const uint8_t* prm[kTok];   // their scales
+  for (int64_t kv = 0; kv < visible; kv += kTok) {
+    const int64_t n = visible - kv < kTok ? visible - kv : kTok;
+    const int64_t tiles = (n + kHalf - 1) / kHalf;
+    for (int64_t t = 0; t < kTok; ++t) {
+      if (t < n) {
+        const uint8_t* pg = page_at((kv + t) / psize);
+        krow[t] = pg + reg.k_data + (kv + t) % psize * rb;
+        prm[t] = pg + reg.k_params + (kv + t) % psize * prm_bytes;
+      } else {
+        krow[t] = kZeroRow;
+        prm[t] = nullptr;
+      }
+    }
+    // Scales of tile h as fp32 vectors, lane t = token (0 past the chunk): int8 dk[h]; int4 dg[h][g],
+    // mg[h][g]. Contiguous in one page, gathered otherwise.
+    V d8[2] = {vzero(), vzero()}, dg[2][16], mg[2][16];
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t t0 = kHalf * h, tn = n - t0 < 0 ? 0 : (n - t0 < kHalf ? n - t0 : kHalf);
+      const bool one_page = tn > 0 && (kv + t0) / psize == (kv + t0 + tn - 1) / psize;
+      if (!int4) {
+        if (one_page) {
+          d8[h] = load_f16_n(prm[t0], tn);
+        } else {
+          alignas(64) float x[16] = {};
+          for (int64_t i = 0; i < tn; ++i) x[i] = fp16_to_float(load_u16(prm[t0 + i]));
+          d8[h] = vload(x);
+        }
+        continue;
+      }
+      if (one_page) {
+        load_dm(prm[t0], G, tn, dg[h], mg[h]);
+        continue;
+      }
+      alignas(64) float dx[16][16] = {}, mx[16][16] = {};
+      for (int64_t i = 0; i < tn; ++i) {
+        for (int64_t g = 0; g < G; ++g) {
+          dx[g][i] = fp16_to_float(load_u16(prm[t0 + i] + 4 * g));
+          mx[g][i] = fp16_to_float(load_u16(prm[t0 + i] + 4 * g + 2));
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        dg[h][g] = vload(dx[g]);
+        mg[h][g] = vload(mx[g]);
+      }
+    }
+
+    // ---- K side: scores of both tiles, four heads at a time ----
+    for (int64_t h = 0; h < tiles; ++h) {
+      for_row_blocks(rows, [&](auto R, int64_t r0) {
+        constexpr int kR = decltype(R)::value;
+        I acc[kR * 16];
+        if (!int4) {
+          k_int8_blocks<kR>(st, r0, krow + kHalf * h, acc);
+          for (int r = 0; r < kR; ++r) {
+            const V dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], vi_set1(st.corr[r0 + r])));
+            vstore(st.s + (r0 + r) * kTok + kHalf * h, vmul(dot, vmul(d8[h], vset1(st.sq[r0 + r]))));
+          }
+          return;
+        }
+        if (gs == 128) {
+          k_int4_blocks<kR, 2>(st, r0, krow + kHalf * h, acc);
+        } else {
+          k_int4_blocks<kR, 1>(st, r0, krow + kHalf * h, acc);
+        }
+        for (int r = 0; r < kR; ++r) {
+          V sv = vzero();
+          for (int64_t g = 0; g < G; ++g) {
+            sv = vfma(_mm512_cvtepi32_ps(acc[r * G + g]), dg[h][g], sv);
+            sv = vfma(mg[h][g], vset1(static_cast<float>(st.qg[(r0 + r) * G + g])), sv);
+          }
+          vstore(st.s + (r0 + r) * kTok + kHalf * h, vmul(sv, vset1(st.sq[r0 + r])));
+        }
+      });
+    }
+    if (tiles == 1) {
+      for (int64_t r = 0; r < rows; ++r) vstore(st.s + r * kTok + kHalf, vzero());
+    }
+    softmax_rows(st, n);
+
+    // ---- weights: w = p * (the V scale), u8 per (head, group) over the chunk ----
+    for (int64_t r = 0; r < rows; ++r) {
+      const V p0 = vload(st.s + r * kTok), p1 = vload(st.s + r * kTok + 16);
+      if (!int4) {
+        st.sw[r] = quantize_u8(vmul(p0, d8[0]), vmul(p1, d8[1]), st.wc + r * 32);
+        continue;
+      }
+      for (int64_t g = 0; g < dv / gs; ++g) {
+        const V d1 = tiles > 1 ? dg[1][g] : vzero(), m1 = tiles > 1 ? mg[1][g] : vzero();
+        st.sw[r * G + g] = quantize_u8(vmul(p0, dg[0][g]), vmul(p1, d1), st.wc + (r * G + g) * 32);
+        float* ma = st.macc + (r * G + g) * 16;
+        vstore(ma, vfma(vload(ma), vset1(st.alpha[r]), vfma(p0, mg[0][g], vmul(p1, m1))));
+      }
+    }
+
+    // ---- V side: the chunk's rows interleaved once, accumulated for every head ----
+    if (!int4) {
+      v_side<VKind::kInt8>(st, dv, krow, n, nullptr, nullptr);
+    } else if (gs == 128) {
+      v_side<VKind::kInt4G128>(st, dv, krow, n, nullptr, nullptr);
+    } else {
+      v_side<VKind::kInt4G64>(st, dv, krow, n, nullptr, nullptr);
+    }
+  }
+
+  // ---- out: o (+ the int4 minima) / sum, back in channel order ----
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = 1.0f / vhsum(vload(st.lsum + r * 16));
+    float mterm[16] = {};
+    for (int64_t g = 0; int4 && g < dv / gs; ++g) mterm[g] = vhsum(vload(st.macc + (r * G + g) * 16));
+    const float* o = st.o + r * dk;
+    float* dst = j.out.at(q0 + row, a0 + r);
+    for (int64_t pos = 0; pos < dv; ++pos) {
+      const int64_t ch = channel_of(int4, pos);
+      dst[ch] = (o[pos] + mterm[ch / gs]) * inv;
+    }
+  }
+}
+
 }  // namespace isa_vnni
 }  // namespace infergate::kernels::cpu
 
@@ -844,6 +1025,10 @@ void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
   isa_vnni::decode_unit(j, u, scratch);
 }
 
+void vnni_mla_unit(const MlaJob& j, int32_t seq, int64_t row, int64_t a0, int64_t a1, float* scratch) {
+  isa_vnni::mla_unit(j, seq, row, a0, a1, scratch);
+}
+
 }  // namespace infergate::kernels::cpu
 
 #else  // not x86-64: never available
@@ -851,6 +1036,7 @@ void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
 namespace infergate::kernels::cpu {
 bool vnni_decode_available() { return false; }
 void vnni_decode_unit(const AttnJob&, const AttnUnit&, float*) {}
+void vnni_mla_unit(const MlaJob&, int32_t, int64_t, int64_t, int64_t, float*) {}
 }  // namespace infergate::kernels::cpu
 
 #endif
@@ -869,6 +1055,26 @@ int64_t vnni_decode_scratch_floats(int64_t d, int64_t heads) {
   const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 + d / 2 * 64 + R * G * 32 + R * G * 4 +
                         R * d * 4 + R * G * 64 + R * 64 + 2 * R * 4 + R * 128;
   return heads * (bytes / 4 + 64 * 16) + 16;  // + alignment of every region, per head
+}
+
+}  // namespace infergate::kernels::cpu
+
+namespace infergate::kernels::cpu {
+
+bool vnni_mla_applies(const KvPageLayout& l, int64_t value_dim) {
+  const int64_t dk = l.head_dim;
+  if (dk % 64 != 0 || dk > 1024 || value_dim > dk) return false;
+  if (l.dtype == KvDtype::kInt8) return value_dim % 64 == 0;
+  return l.dtype == KvDtype::kInt4 && (l.int4_group == 64 || l.int4_group == 128) && value_dim % 128 == 0 &&
+         value_dim % l.int4_group == 0;
+}
+
+int64_t vnni_mla_scratch_floats(int64_t d, int64_t heads) {
+  // carve(d, heads, groups): its 15 regions, each aligned to 64 bytes.
+  const int64_t R = heads, G = (d + 63) / 64;
+  const int64_t bytes = R * d * 4 + R * d + 3 * R * 4 + R * G * 4 + d / 2 * 64 + R * G * 32 + R * G * 4 +
+                        R * d * 4 + R * G * 64 + R * 64 + 2 * R * 4 + R * 128;
+  return bytes / 4 + 16 * 64 + 16;
 }
 
 }  // namespace infergate::kernels::cpu

@@ -115,6 +115,13 @@ bool vnni_decode_available();
 bool vnni_decode_applies(const KvPageLayout& l, int64_t group, const AttnUnit& u);
 int64_t vnni_decode_scratch_floats(int64_t head_dim, int64_t heads);
 void vnni_decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch);
+// The same integer path for multi-head latent attention over int8 / int4 latent pages (attn_vnni.cc,
+// mla_unit): whether a layout and value width qualify (head_dim % 64 == 0 and <= 1024; int8 with
+// value_dim % 64 == 0, int4 in groups of 64 or 128 with value_dim % 128 == 0 and whole groups); one
+// unit, the contract of Kernels::mla_unit (scratch of vnni_mla_scratch_floats(head_dim, heads) floats).
+bool vnni_mla_applies(const KvPageLayout& l, int64_t value_dim);
+int64_t vnni_mla_scratch_floats(int64_t head_dim, int64_t heads);
+void vnni_mla_unit(const MlaJob& j, int32_t seq, int64_t row, int64_t a0, int64_t a1, float* scratch);
 
 // int4 linear layers with int8 activations and integer dot products (linear_vnni.cc; the contract is
 // linear_int4_a8_ref): whether a weight layout qualifies (group 32, 64 or 128 dividing K, at most

@@ -278,12 +278,15 @@ Status mla_attention_cpu(const LatentCache& cache, const AttentionBatch& batch, 
       for (int64_t a = 0; a < heads; a += per) units.push_back({s, r, a, std::min(heads, a + per)});
     }
   }
-  const cpu::Kernels& k = cpu::active_kernels();
+  // int8 / int4 latent pages take the integer path where the CPU has it (cpu.h, cpu_int_attention).
+  const bool int_path = cpu_int_attention() && cpu::vnni_mla_applies(cache.layout, value_dim);
+  const auto unit_fn = int_path ? cpu::vnni_mla_unit : cpu::active_kernels().mla_unit;
   cpu::MlaJob job{&cache, &batch, q, value_dim, out};
-  const int64_t scratch = cpu::mla_scratch_floats(cache.layout.head_dim, value_dim, per);
+  const int64_t scratch = int_path ? cpu::vnni_mla_scratch_floats(cache.layout.head_dim, per)
+                                   : cpu::mla_scratch_floats(cache.layout.head_dim, value_dim, per);
   cpu::pool().run(static_cast<int64_t>(units.size()), [&](int64_t i) {
     const Unit& u = units[static_cast<size_t>(i)];
-    k.mla_unit(job, u.seq, u.row, u.a0, u.a1, thread_scratch(scratch).data());
+    unit_fn(job, u.seq, u.row, u.a0, u.a1, thread_scratch(scratch).data());
   });
   return ok_status();
 }

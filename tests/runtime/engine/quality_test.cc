@@ -333,6 +333,66 @@ TEST(QualityDecode, IntegerDecodeAttentionStaysNearTheExactPathAtHeadDim128) {
   }
 }
 
+// Absorbed MLA attention over int8 / int4 latent pages takes the same integer path where the row is a
+// multiple of 64 (kernels/src/cpu/attn_vnni.cc, mla_unit): here latent 128 + rope 64 (a 192-value row;
+// int4 in groups of 128 and one of 64, as Kimi K2's 512 + 64), dense layers, prefill and decode. Against fp32
+// the engine must stay near the exact kernel path, with the factors of the decode test above.
+TEST(QualityDecode, IntegerMlaAttentionStaysNearTheExactPath) {
+  kernels::set_cpu_int_attention(true);
+  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(m::Architecture::kDeepseekV3, 24);
+  o.hidden = 128;
+  o.layers = 3;
+  o.vocab = 512;
+  o.outlier_channels = 4;
+  o.dtype = m::DType::kF32;
+  o.mla.kv_lora_rank = 128;
+  o.mla.qk_rope_head_dim = 64;
+  o.moe.dense_layers = o.layers;  // no routing: fp16 weights flipping an expert would swamp the KV error
+  const auto path = make_model(dir.path() / "m", o);
+  auto base = make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32});
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> want;
+  for (const char* t : kTexts) {
+    prompts.push_back(base->tokenize(t));
+    want.push_back(*base->score(prompts.back()));
+  }
+  const size_t v = static_cast<size_t>(base->vocab());
+  auto against_fp32 = [&](KvCacheDtype kv, bool int_path, int32_t chunk) {
+    kernels::set_cpu_int_attention(int_path);
+    EngineSetup setup{WeightFormat::kF16, kv};
+    setup.smooth_keys = smooth_keys_enabled(SmoothKeys::kAuto, kv);
+    auto e = make_engine(path, setup);
+    QualityAccumulator acc;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto got = e->score(prompts[i], chunk);
+      EXPECT_TRUE(got.ok());
+      for (size_t r = 0; r < prompts[i].size(); ++r) {
+        acc.add_logits(std::span<const float>(want[i]).subspan(r * v, v),
+                       std::span<const float>(*got).subspan(r * v, v));
+      }
+    }
+    kernels::set_cpu_int_attention(true);
+    return acc.result();
+  };
+  std::printf(
+      "\n| f16 weights / latent cache (latent 128 + rope 64) | kernel path | top-1 agreement | mean KL "
+      "|\n|---|---|---|---|\n");
+  for (KvCacheDtype kv : {KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+    for (int32_t chunk : {0, 1}) {  // one prefill; token by token
+      const QualityMetrics exact = against_fp32(kv, false, chunk), fast = against_fp32(kv, true, chunk);
+      const std::string name = std::string(kv_cache_dtype_name(kv)) + (chunk == 0 ? ", prefill" : ", decode");
+      std::printf("| %s | exact fp32 | %.4f | %.2e |\n| %s | int8 q, u8 weights | %.4f | %.2e |\n",
+                  name.c_str(), exact.top1_agreement, exact.mean_kl, name.c_str(), fast.top1_agreement,
+                  fast.mean_kl);
+      const double factor = kv == KvCacheDtype::kInt8 ? 4.0 : 1.5;
+      EXPECT_LE(fast.mean_kl, factor * exact.mean_kl + 1e-5) << name;
+      EXPECT_GE(fast.top1_agreement, exact.top1_agreement - 0.02) << name;
+    }
+  }
+}
+
 TEST_F(QualityMatrix, KeySmoothingLeavesHalfPrecisionCachesBitForBitAlone) {
   auto a = make_engine(dense_, {WeightFormat::kF16, KvCacheDtype::kF16});
   EngineSetup s{WeightFormat::kF16, KvCacheDtype::kF16};
