@@ -1,9 +1,9 @@
 // The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), MoE
-// routing and routed experts (moe_route.cuh, moe_experts.cuh) and absorbed MLA decode (mla_decode.cuh),
-// run on the
-// CPU emulator of the CUDA execution model (emu/cuda_emu.h) against the scalar references: their
-// indexing, cp.async pipelines (both legal completion orders), masking, softmax and merges are checked
-// on every machine, GPU or not. The same kernels run on the GPU in kernels_cuda_tests.
+// routing and routed experts (moe_route.cuh, moe_experts.cuh), absorbed MLA decode (mla_decode.cuh)
+// and the element-wise ops (elementwise.cuh), run on the CPU emulator of the CUDA execution model
+// (emu/cuda_emu.h) against the scalar references: their indexing, cp.async pipelines (both legal completion
+// orders), masking, softmax and merges are checked on every machine, GPU or not. The same kernels run on the
+// GPU in kernels_cuda_tests.
 #define INFERGATE_CUDA_EMU 1
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda/attention_decode.cuh"
+#include "cuda/elementwise.cuh"
 #include "cuda/gemv_stream.cuh"
 #include "cuda/mla_decode.cuh"
 #include "cuda/moe_experts.cuh"
@@ -609,6 +610,140 @@ TEST(CudaEmuMoe, RoutedExpertsMatchLinearRefForEveryAssignmentInEveryWeightForma
   // Decode: one token, top 8 of 64 (GLM-4.5's routing width, smaller), K a multiple of 256.
   std::vector<int32_t> one = {3, 17, 62, 5, 40, 41, 0, 9};
   run_experts(rng, {WeightFormat::kInt4Sym, 64, 512, 32}, 64, 8, one);
+}
+
+// ---- element-wise ops ----
+
+unsigned ew_grid(int64_t n) {
+  return static_cast<unsigned>((n + cuda::ew::kThreads - 1) / cuda::ew::kThreads);
+}
+
+// RMSNorm on rows narrower and wider than a block, not a multiple of 32, strided, in place and not;
+// with the launcher's 256 threads and with 64 (two warps: the block sum's other branch).
+TEST(CudaEmuElementwise, RmsnormMatchesTheReferenceOnOddWidthsStridesAndInPlace) {
+  Rng rng(601);
+  SCOPED_TRACE(rng.trace());
+  for (int64_t cols : {1, 31, 200, 700}) {
+    for (unsigned threads : {unsigned{cuda::ew::kThreads}, 64u}) {
+      SCOPED_TRACE(::testing::Message() << "cols " << cols << " threads " << threads);
+      const int64_t rows = 3, stride = cols + 5;
+      std::vector<float> x = rng.normals(static_cast<size_t>(rows * stride), 2.0f), w = rng.normals(cols);
+      std::vector<float> want(x.size(), 0.0f), got(x.size(), 0.0f), inplace = x;
+      const View2<const float> xv{x.data(), rows, cols, stride};
+      ASSERT_TRUE(rmsnorm_ref(xv, w.data(), 1e-5f, {want.data(), rows, cols, stride}).ok());
+      emu::launch({static_cast<unsigned>(rows)}, {threads}, cuda::ew::kRmsnormSmem, [&] {
+        cuda::ew::rmsnorm_kernel<>(xv, w.data(), 1e-5f, View2<float>{got.data(), rows, cols, stride});
+      });
+      emu::launch({static_cast<unsigned>(rows)}, {threads}, cuda::ew::kRmsnormSmem, [&] {
+        cuda::ew::rmsnorm_kernel<>(View2<const float>{inplace.data(), rows, cols, stride}, w.data(), 1e-5f,
+                                   View2<float>{inplace.data(), rows, cols, stride});
+      });
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = cols; c < stride; ++c) {  // the padding untouched
+          EXPECT_EQ(got[static_cast<size_t>(r * stride + c)], 0.0f);
+          want[static_cast<size_t>(r * stride + c)] = inplace[static_cast<size_t>(r * stride + c)] =
+              x[static_cast<size_t>(r * stride + c)];
+          got[static_cast<size_t>(r * stride + c)] = x[static_cast<size_t>(r * stride + c)];
+        }
+      }
+      EXPECT_TRUE(testing::all_close(got, want, 1e-6f, 1e-5f));
+      EXPECT_TRUE(testing::all_close(inplace, want, 1e-6f, 1e-5f));
+    }
+  }
+}
+
+// RoPE in both layouts, full and partial rotary (GLM's half), q and k with different head counts,
+// positions out of order; the unrotated tail of each head untouched.
+TEST(CudaEmuElementwise, RopeMatchesTheReferenceInBothLayoutsAndPartialRotary) {
+  Rng rng(602);
+  SCOPED_TRACE(rng.trace());
+  for (RopeStyle style : {RopeStyle::kHalfSplit, RopeStyle::kInterleaved}) {
+    for (int32_t rotary : {64, 32}) {
+      SCOPED_TRACE(::testing::Message() << (style == RopeStyle::kHalfSplit ? "half-split" : "interleaved")
+                                        << " rotary " << rotary);
+      RopeConfig c;
+      c.style = style;
+      c.head_dim = 64;
+      c.rotary_dim = rotary;
+      c.theta = 10000.0f;
+      std::vector<float> inv;
+      ASSERT_TRUE(rope_inv_freq(c, &inv).ok());
+      const int64_t T = 5, hq = 6, hk = 2;
+      std::vector<int32_t> pos = {0, 7, 3, 4095, 100};
+      std::vector<float> q = rng.normals(static_cast<size_t>(T * hq * 64)),
+                         k = rng.normals(static_cast<size_t>(T * hk * 64));
+      std::vector<float> qw = q, kw = k;
+      ASSERT_TRUE(rope_ref(c, inv.data(), pos.data(), contiguous(qw.data(), T, hq, 64),
+                           contiguous(kw.data(), T, hk, 64))
+                      .ok());
+      const int64_t n = (T * hq + T * hk) * (rotary / 2);
+      emu::launch({ew_grid(n)}, {unsigned{cuda::ew::kThreads}}, 0, [&] {
+        cuda::ew::rope_kernel<>(style, rotary / 2, inv.data(), pos.data(), contiguous(q.data(), T, hq, 64),
+                                contiguous(k.data(), T, hk, 64));
+      });
+      EXPECT_TRUE(testing::all_close(q, qw, 2e-5f, 1e-5f));
+      EXPECT_TRUE(testing::all_close(k, kw, 2e-5f, 1e-5f));
+    }
+  }
+}
+
+// SiLU-and-multiply, the residual add and the bias add over strided views, in place where the ops
+// allow it; the embedding lookup from fp32, fp16 and bf16 tables, an out-of-range id writing zeros.
+TEST(CudaEmuElementwise, PointwiseOpsAndEmbeddingMatchTheReference) {
+  Rng rng(603);
+  SCOPED_TRACE(rng.trace());
+  const int64_t rows = 3, cols = 333, stride = 340, n = rows * cols;
+  std::vector<float> a = rng.normals(static_cast<size_t>(rows * stride), 3.0f), b = rng.normals(a.size());
+  std::vector<float> bias = rng.normals(static_cast<size_t>(cols));
+  auto view = [&](std::vector<float>& v) { return View2<float>{v.data(), rows, cols, stride}; };
+  auto cview = [&](const std::vector<float>& v) { return View2<const float>{v.data(), rows, cols, stride}; };
+  {
+    std::vector<float> want = a, got = a;
+    ASSERT_TRUE(silu_mul_ref(cview(a), cview(b), view(want)).ok());
+    emu::launch({ew_grid(n)}, {unsigned{cuda::ew::kThreads}}, 0,
+                [&] { cuda::ew::silu_mul_kernel<>(cview(a), cview(b), view(got)); });
+    EXPECT_TRUE(testing::all_close(got, want, 1e-6f, 1e-6f)) << "silu_mul";
+  }
+  {
+    std::vector<float> want = a, got = a;
+    ASSERT_TRUE(add_ref(cview(want), cview(b), view(want)).ok());
+    emu::launch({ew_grid(n)}, {unsigned{cuda::ew::kThreads}}, 0,
+                [&] { cuda::ew::add_kernel<>(cview(got), cview(b), view(got)); });
+    EXPECT_TRUE(testing::bit_equal(got.data(), want.data(), got.size())) << "add";
+  }
+  {
+    std::vector<float> want = a, got = a;
+    ASSERT_TRUE(bias_add_ref(view(want), bias.data()).ok());
+    emu::launch({ew_grid(n)}, {unsigned{cuda::ew::kThreads}}, 0,
+                [&] { cuda::ew::bias_add_kernel<>(view(got), bias.data()); });
+    EXPECT_TRUE(testing::bit_equal(got.data(), want.data(), got.size())) << "bias_add";
+  }
+  const int64_t vocab = 11, width = 300, row_stride = 304;
+  const std::vector<float> table = rng.normals(static_cast<size_t>(vocab * row_stride));
+  std::vector<uint16_t> t16(table.size()), tb16(table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    t16[i] = fp16_from_float(table[i]);
+    tb16[i] = bf16_from_float(table[i]);
+  }
+  const std::vector<int32_t> ids = {3, 0, 10, 3, 7};
+  for (SourceDtype dt : {SourceDtype::kF32, SourceDtype::kF16, SourceDtype::kBF16}) {
+    SCOPED_TRACE(static_cast<int>(dt));
+    const void* data = dt == SourceDtype::kF32   ? static_cast<const void*>(table.data())
+                       : dt == SourceDtype::kF16 ? static_cast<const void*>(t16.data())
+                                                 : static_cast<const void*>(tb16.data());
+    const MatrixSource src{data, dt, vocab, width, row_stride};
+    const int64_t T = static_cast<int64_t>(ids.size());
+    std::vector<float> want(static_cast<size_t>(T * width)), got(want.size(), NAN);
+    ASSERT_TRUE(embedding_ref(src, ids.data(), T, contiguous(want.data(), T, width)).ok());
+    emu::launch({static_cast<unsigned>(T)}, {unsigned{cuda::ew::kThreads}}, 0,
+                [&] { cuda::ew::embedding_kernel<>(src, ids.data(), contiguous(got.data(), T, width)); });
+    EXPECT_TRUE(testing::bit_equal(got.data(), want.data(), got.size()));
+    const std::vector<int32_t> bad = {vocab, -1};
+    std::vector<float> zeros(static_cast<size_t>(2 * width), NAN);
+    emu::launch({2u}, {unsigned{cuda::ew::kThreads}}, 0,
+                [&] { cuda::ew::embedding_kernel<>(src, bad.data(), contiguous(zeros.data(), 2, width)); });
+    EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float x) { return x == 0.0f; }));
+  }
 }
 
 }  // namespace

@@ -99,6 +99,8 @@ INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
 }
 
 INFERGATE_DEV float fast_exp(float x) { return std::exp(x); }
+INFERGATE_DEV float rsqrt(float x) { return 1.0f / std::sqrt(x); }
+INFERGATE_DEV void sincos(float x, float* s, float* c) { ::sincosf(x, s, c); }
 
 #else  // nvcc
 
@@ -209,6 +211,8 @@ INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
 }
 
 INFERGATE_DEV float fast_exp(float x) { return __expf(x); }
+INFERGATE_DEV float rsqrt(float x) { return rsqrtf(x); }
+INFERGATE_DEV void sincos(float x, float* s, float* c) { sincosf(x, s, c); }
 
 #endif
 
