@@ -9,8 +9,10 @@
 
 namespace infergate::kernels {
 
+// host_arrays false (the CUDA launcher): page_ids, slots and the fp8 scale are device memory and are
+// not read (the kernel skips a row whose page or slot is outside the pool).
 Status validate_latent_append(const LatentCache& c, View2<const float> rows, const int32_t* page_ids,
-                              const int32_t* slots, const char* op);
+                              const int32_t* slots, const char* op, bool host_arrays = true);
 // host_arrays: the batch's arrays are host memory and are checked too (the CUDA launcher passes false:
 // its arrays are device memory and only the shapes are checked).
 Status validate_mla_attention(const LatentCache& c, const AttentionBatch& b, View3<const float> q,

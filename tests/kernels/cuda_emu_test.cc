@@ -1,6 +1,7 @@
 // The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), MoE
 // routing and routed experts (moe_route.cuh, moe_experts.cuh), absorbed MLA decode (mla_decode.cuh)
-// and the element-wise ops (elementwise.cuh), run on the CPU emulator of the CUDA execution model
+// the element-wise ops (elementwise.cuh) and the KV / latent page writes and reads (kv_write.cuh),
+// run on the CPU emulator of the CUDA execution model
 // (emu/cuda_emu.h) against the scalar references: their indexing, cp.async pipelines (both legal completion
 // orders), masking, softmax and merges are checked on every machine, GPU or not. The same kernels run on the
 // GPU in kernels_cuda_tests.
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "cuda/attention_decode.cuh"
 #include "cuda/elementwise.cuh"
 #include "cuda/gemv_stream.cuh"
+#include "cuda/kv_write.cuh"
 #include "cuda/mla_decode.cuh"
 #include "cuda/moe_experts.cuh"
 #include "cuda/moe_route.cuh"
@@ -743,6 +746,114 @@ TEST(CudaEmuElementwise, PointwiseOpsAndEmbeddingMatchTheReference) {
     emu::launch({2u}, {unsigned{cuda::ew::kThreads}}, 0,
                 [&] { cuda::ew::embedding_kernel<>(src, bad.data(), contiguous(zeros.data(), 2, width)); });
     EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float x) { return x == 0.0f; }));
+  }
+}
+
+// ---- KV and latent pages ----
+
+constexpr unsigned kKvThreads = cuda::kvw::kWarpsPerBlock * 32;
+unsigned kv_grid(int64_t items) {
+  return static_cast<unsigned>((items + cuda::kvw::kWarpsPerBlock - 1) / cuda::kvw::kWarpsPerBlock);
+}
+
+// The page bytes and staging windows kv_append_ref writes, bit for bit, in every dtype, over two calls
+// (the second finishing one page, filling another and starting a third, so int4-kivi seals pages whose
+// keys come partly from the window and partly from the call), with non-finite inputs; then every page
+// read back with the reference's bits.
+TEST(CudaEmuKv, AppendWritesTheReferencesBytesAndReadsBackBitIdentically) {
+  Rng rng(611);
+  SCOPED_TRACE(rng.trace());
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4,
+                     KvDtype::kInt4Kivi}) {
+    for (int32_t d : {8, 33, 128}) {
+      SCOPED_TRACE(::testing::Message() << kv_dtype_name(dt) << " head_dim " << d);
+      const KvPageLayout l{dt, 4, 3, d};
+      const int64_t pages = 6, wins = 2;
+      std::vector<uint8_t> want_pages(static_cast<size_t>(pages * kv_page_bytes(l)), 0x5A);
+      std::vector<uint8_t> want_stage(static_cast<size_t>(std::max<int64_t>(16, wins * kv_staging_bytes(l))),
+                                      0);
+      std::vector<uint8_t> got_pages = want_pages, got_stage = want_stage;
+      const std::vector<float> ks = {0.5f, 1.0f, 2.0f}, vs = {0.25f, 1.0f, 3.0f};
+      const KvCache want{l, want_pages.data(), pages, want_stage.data(), wins, ks.data(), vs.data()};
+      const KvCache got{l, got_pages.data(), pages, got_stage.data(), wins, ks.data(), vs.data()};
+      int64_t pos = 0;
+      const int32_t page_of[3] = {4, 1, 5};
+      for (int64_t n : {3, 7}) {
+        std::vector<float> k = rng.normals(static_cast<size_t>(n * 3 * d), 2.0f), v = rng.normals(k.size());
+        k[1] = std::numeric_limits<float>::infinity();
+        v[2] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<int32_t> ids, slots, wid;
+        for (int64_t t = 0; t < n; ++t, ++pos) {
+          ids.push_back(page_of[pos / 4]);
+          slots.push_back(static_cast<int32_t>(pos % 4));
+          wid.push_back(1);
+        }
+        const KvAppend a{contiguous<const float>(k.data(), n, 3, d),
+                         contiguous<const float>(v.data(), n, 3, d), ids.data(), slots.data(), wid.data()};
+        ASSERT_TRUE(kv_append_ref(want, a).ok());
+        if (dt == KvDtype::kInt4Kivi) {
+          emu::launch({kv_grid(n * 3)}, {kKvThreads}, 0, [&] { cuda::kvw::kivi_seal_kernel<>(got, a, n); });
+        }
+        emu::launch({kv_grid(n * 3)}, {kKvThreads}, 0, [&] { cuda::kvw::kv_append_kernel<>(got, a, n); });
+      }
+      EXPECT_EQ(got_pages, want_pages);
+      EXPECT_EQ(got_stage, want_stage);
+      for (auto [page, filled] : {std::pair{4, 4}, std::pair{1, 4}, std::pair{5, 2}}) {
+        const size_t n = static_cast<size_t>(3 * filled * d);
+        std::vector<float> rk(n), rv(n), gk(n, NAN), gv(n, NAN);
+        ASSERT_TRUE(kv_read_page_ref(want, page, filled, 1, contiguous(rk.data(), 3, filled, d),
+                                     contiguous(rv.data(), 3, filled, d))
+                        .ok());
+        emu::launch({static_cast<unsigned>((n + 255) / 256)}, {256u}, 0, [&] {
+          cuda::kvw::kv_read_page_kernel<>(got, page, filled, 1, contiguous(gk.data(), 3, filled, d),
+                                           contiguous(gv.data(), 3, filled, d));
+        });
+        EXPECT_TRUE(testing::bit_equal(gk.data(), rk.data(), n)) << "K page " << page;
+        EXPECT_TRUE(testing::bit_equal(gv.data(), rv.data(), n)) << "V page " << page;
+      }
+    }
+  }
+}
+
+// Latent rows into their pages, bit for bit the reference's, in every latent dtype: Kimi K2's row
+// (512 + 64: int4 in groups of 128 and one of 64), an odd row (int4 groups of 64 with a short last
+// one), non-finite values, a whole group of NaN; a row aimed outside the pool is skipped.
+TEST(CudaEmuKv, LatentAppendWritesTheReferencesBytes) {
+  Rng rng(612);
+  SCOPED_TRACE(rng.trace());
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
+    for (auto [latent, rope] : {std::pair{512, 64}, std::pair{40, 18}}) {
+      const int32_t d = latent + rope;
+      SCOPED_TRACE(::testing::Message() << kv_dtype_name(dt) << " row " << latent << " + " << rope);
+      const float scale = 0.75f;
+      LatentCache want{kv_latent_layout(dt, 16, latent, rope), nullptr, 3, &scale};
+      std::vector<uint8_t> want_pages(static_cast<size_t>(3 * kv_latent_page_bytes(want.layout)), 0xA5);
+      std::vector<uint8_t> got_pages = want_pages;
+      want.pages = want_pages.data();
+      LatentCache got = want;
+      got.pages = got_pages.data();
+      const int64_t n = 21;
+      std::vector<float> rows = rng.normals(static_cast<size_t>(n * d), 2.0f);
+      rows[3] = std::numeric_limits<float>::infinity();
+      rows[static_cast<size_t>(d + 5)] = std::numeric_limits<float>::quiet_NaN();
+      for (int32_t c = 0; c < 64 && c < d; ++c) rows[static_cast<size_t>(2 * d + c)] = NAN;
+      std::vector<int32_t> ids, slots;
+      for (int64_t t = 0; t < n; ++t) {
+        ids.push_back(static_cast<int32_t>(2 - t / 16));
+        slots.push_back(static_cast<int32_t>(t % 16));
+      }
+      const View2<const float> rv{rows.data(), n, d, d};
+      ASSERT_TRUE(latent_append_ref(want, rv, ids.data(), slots.data()).ok());
+      emu::launch({kv_grid(n)}, {kKvThreads}, 0,
+                  [&] { cuda::kvw::latent_append_kernel<>(got, rv, ids.data(), slots.data()); });
+      EXPECT_EQ(got_pages, want_pages);
+      const std::vector<int32_t> bad_ids = {3, -1}, bad_slots = {0, 0};
+      emu::launch({1u}, {kKvThreads}, 0, [&] {
+        cuda::kvw::latent_append_kernel<>(got, View2<const float>{rows.data(), 2, d, d}, bad_ids.data(),
+                                          bad_slots.data());
+      });
+      EXPECT_EQ(got_pages, want_pages) << "a row aimed outside the pool wrote something";
+    }
   }
 }
 

@@ -100,6 +100,7 @@ INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
 
 INFERGATE_DEV float fast_exp(float x) { return std::exp(x); }
 INFERGATE_DEV float rsqrt(float x) { return 1.0f / std::sqrt(x); }
+INFERGATE_DEV bool is_finite(float x) { return std::isfinite(x); }
 INFERGATE_DEV void sincos(float x, float* s, float* c) { ::sincosf(x, s, c); }
 
 #else  // nvcc
@@ -212,12 +213,18 @@ INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
 
 INFERGATE_DEV float fast_exp(float x) { return __expf(x); }
 INFERGATE_DEV float rsqrt(float x) { return rsqrtf(x); }
+INFERGATE_DEV bool is_finite(float x) { return isfinite(x); }
 INFERGATE_DEV void sincos(float x, float* s, float* c) { sincosf(x, s, c); }
 
 #endif
 
 // ---- shared by both ----
 
+INFERGATE_DEV bool warp_any(bool p) { return !warp_all(!p); }
+INFERGATE_DEV float warp_min(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fminf(v, shfl_xor(v, o));
+  return v;
+}
 INFERGATE_DEV float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
   return v;

@@ -41,13 +41,13 @@ Status validate_latent_cache(const LatentCache& c, const char* op, bool host_arr
 }
 
 Status validate_latent_append(const LatentCache& c, View2<const float> rows, const int32_t* page_ids,
-                              const int32_t* slots, const char* op) {
-  INFERGATE_K_RETURN_IF_ERROR(validate_latent_cache(c, op));
+                              const int32_t* slots, const char* op, bool host_arrays) {
+  INFERGATE_K_RETURN_IF_ERROR(validate_latent_cache(c, op, host_arrays));
   INFERGATE_K_RETURN_IF_ERROR(validate_view2(rows, rows.rows, c.layout.head_dim, op, "rows"));
   if (rows.rows > 0 && (page_ids == nullptr || slots == nullptr)) {
     return invalid_argument(std::string(op) + ": page_ids or slots is null");
   }
-  for (int64_t i = 0; i < rows.rows; ++i) {
+  for (int64_t i = 0; host_arrays && i < rows.rows; ++i) {
     if (page_ids[i] < 0 || page_ids[i] >= c.num_pages || slots[i] < 0 || slots[i] >= c.layout.page_size) {
       return out_of_range(std::string(op) + ": token " + std::to_string(i) + " goes to page " +
                           std::to_string(page_ids[i]) + " slot " + std::to_string(slots[i]) +

@@ -101,6 +101,11 @@ Status kv_append(const KvCache& cache, const KvAppend& a, Stream stream);
 // Bit-identical to kv_read_page_ref (page_id, filled, staging_id are host values).
 Status kv_read_page(const KvCache& cache, int32_t page_id, int32_t filled, int32_t staging_id, View3<float> k,
                     View3<float> v, Stream stream);
+// Latent rows [T, head_dim] (device) into their pages (page_ids, slots [T] device): bit-identical to
+// latent_append_ref, int4 in the layout's groups (128 where kv_latent_layout chose them). A row whose
+// page or slot is outside the pool is skipped by the kernel, not reported (check on the host first).
+Status latent_append(const LatentCache& cache, View2<const float> rows, const int32_t* page_ids,
+                     const int32_t* slots, Stream stream);
 
 // ---- attention ----
 
