@@ -1,10 +1,10 @@
 // The streaming CUDA kernels (kernels/src/cuda/gemv_stream.cuh and attention_decode.cuh), MoE
 // routing and routed experts (moe_route.cuh, moe_experts.cuh), absorbed MLA decode (mla_decode.cuh)
-// the element-wise ops (elementwise.cuh) and the KV / latent page writes and reads (kv_write.cuh),
-// run on the CPU emulator of the CUDA execution model
-// (emu/cuda_emu.h) against the scalar references: their indexing, cp.async pipelines (both legal completion
-// orders), masking, softmax and merges are checked on every machine, GPU or not. The same kernels run on the
-// GPU in kernels_cuda_tests.
+// the element-wise ops (elementwise.cuh), the KV / latent page writes and reads (kv_write.cuh) and the
+// weight quantization, dequantization and int4 repacking (weight_ops.cuh), run on the CPU emulator of the
+// CUDA execution model (emu/cuda_emu.h) against the scalar references: their indexing, cp.async pipelines
+// (both legal completion orders), masking, softmax and merges are checked on every machine, GPU or not. The
+// same kernels run on the GPU in kernels_cuda_tests.
 #define INFERGATE_CUDA_EMU 1
 
 #include <gtest/gtest.h>
@@ -24,6 +24,7 @@
 #include "cuda/mla_decode.cuh"
 #include "cuda/moe_experts.cuh"
 #include "cuda/moe_route.cuh"
+#include "cuda/weight_ops.cuh"
 #include "infergate/kernels/cuda_layouts.h"
 #include "infergate/kernels/ref.h"
 #include "kernels/test_util.h"
@@ -854,6 +855,92 @@ TEST(CudaEmuKv, LatentAppendWritesTheReferencesBytes) {
       });
       EXPECT_EQ(got_pages, want_pages) << "a row aimed outside the pool wrote something";
     }
+  }
+}
+
+// ---- weights ----
+
+// Odd shapes in every format: a row shorter than a block, a last group short of its size, bf16 scales.
+const WeightLayout kEmuWeightLayouts[] = {{WeightFormat::kF16, 5, 100},
+                                          {WeightFormat::kBF16, 4, 64},
+                                          {WeightFormat::kInt8, 6, 129, 0, ScaleDtype::kF16},
+                                          {WeightFormat::kInt8, 3, 300, 0, ScaleDtype::kBF16},
+                                          {WeightFormat::kInt4Sym, 5, 130, 32, ScaleDtype::kF16},
+                                          {WeightFormat::kInt4Asym, 4, 256, 64, ScaleDtype::kF16},
+                                          {WeightFormat::kInt4Sym, 3, 512, 128, ScaleDtype::kBF16},
+                                          {WeightFormat::kInt4Asym, 7, 33, 32, ScaleDtype::kF16}};
+
+// quantize_weight's kernel writes quantize_weight_ref's bytes (data, scales, zero points), one block of
+// 256 threads per row; a row the reference refuses (a non-finite weight) is reported by its index, the
+// lowest of several; dequantize_weight gives the reference's bits.
+TEST(CudaEmuWeight, QuantizeWritesTheReferencesBytesAndDequantizeItsBits) {
+  Rng rng(621);
+  SCOPED_TRACE(rng.trace());
+  const unsigned threads = cuda::wq::kThreads;
+  for (const WeightLayout& l : kEmuWeightLayouts) {
+    SCOPED_TRACE(::testing::Message() << weight_format_name(l.format) << " " << l.rows << "x" << l.cols);
+    std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+    if (l.format == WeightFormat::kInt4Asym) {
+      for (auto& x : src) x += 0.02f;
+    }
+    const MatrixSource ms{src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols};
+    const WeightBytes b = weight_bytes(l);
+    std::vector<uint8_t> want_d(static_cast<size_t>(b.data)), got_d(want_d.size(), 0xEE);
+    std::vector<uint16_t> want_s(static_cast<size_t>(b.scales / 2)), got_s(want_s.size(), 0xEEEE);
+    std::vector<uint8_t> want_z(static_cast<size_t>(b.zeros)), got_z(want_z.size(), 0xEE);
+    ASSERT_TRUE(
+        quantize_weight_ref(ms, l, {want_d.data(), want_s.data(), b.zeros ? want_z.data() : nullptr}).ok());
+    int32_t bad = INT32_MAX;
+    const WeightBuffers out{got_d.data(), got_s.data(), b.zeros ? got_z.data() : nullptr};
+    emu::launch({static_cast<unsigned>(l.rows)}, {threads}, sizeof(cuda::wq::QuantizeSmem),
+                [&] { cuda::wq::quantize_weight_kernel<>(ms, l, out, &bad); });
+    EXPECT_EQ(bad, INT32_MAX);
+    EXPECT_EQ(got_d, want_d);
+    EXPECT_EQ(got_s, want_s);
+    EXPECT_EQ(got_z, want_z);
+
+    const WeightView wv{l, want_d.data(), want_s.data(), b.zeros ? want_z.data() : nullptr};
+    std::vector<float> want(static_cast<size_t>(l.rows * l.cols)), got(want.size(), NAN);
+    ASSERT_TRUE(dequantize_weight_ref(wv, contiguous(want.data(), l.rows, l.cols)).ok());
+    emu::launch({static_cast<unsigned>((want.size() + threads - 1) / threads)}, {threads}, 0,
+                [&] { cuda::wq::dequantize_weight_kernel<>(wv, contiguous(got.data(), l.rows, l.cols)); });
+    EXPECT_TRUE(testing::bit_equal(got.data(), want.data(), want.size()));
+
+    if (l.rows < 3) continue;
+    src[static_cast<size_t>(2 * l.cols + 1)] = std::numeric_limits<float>::infinity();
+    src[static_cast<size_t>((l.rows - 1) * l.cols)] = NAN;
+    bad = INT32_MAX;
+    emu::launch({static_cast<unsigned>(l.rows)}, {threads}, sizeof(cuda::wq::QuantizeSmem),
+                [&] { cuda::wq::quantize_weight_kernel<>(ms, l, out, &bad); });
+    EXPECT_EQ(bad, 2) << "the first refused row";
+  }
+}
+
+// The device repacking for the tensor-core GEMV puts every code where the layout's map says (the map
+// the host packer and the GEMV's loads use).
+TEST(CudaEmuWeight, Int4RepackingEqualsTheHostPacker) {
+  Rng rng(622);
+  SCOPED_TRACE(rng.trace());
+  for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt4Sym, 32, 128, 32, ScaleDtype::kF16},
+                                WeightLayout{WeightFormat::kInt4Asym, 16, 192, 64, ScaleDtype::kBF16}}) {
+    SCOPED_TRACE(weight_format_name(l.format));
+    const testing::HostWeight w = testing::make_host_weight(rng, l);
+    const WeightBytes b = weight_bytes(l);
+    std::vector<uint8_t> want(static_cast<size_t>(b.data)), got(want.size(), 0xEE);
+    // The layout's map (cuda_layouts.h), element by element, as the host packer applies it.
+    for (int64_t r = 0; r < l.rows; ++r) {
+      for (int64_t k = 0; k < l.cols; ++k) {
+        int64_t off;
+        int nib;
+        int4_mma_locate(l.cols, r, k, &off, &nib);
+        want[static_cast<size_t>(off + nib / 2)] |=
+            static_cast<uint8_t>(int4_get(w.data.data() + r * weight_row_bytes(l), k) << (4 * (nib % 2)));
+      }
+    }
+    const int64_t words = l.rows * l.cols / 8;
+    emu::launch({static_cast<unsigned>((words + 255) / 256)}, {256u}, 0,
+                [&] { cuda::wq::pack_int4_kernel<>(w.view(), reinterpret_cast<uint32_t*>(got.data())); });
+    EXPECT_EQ(got, want);
   }
 }
 

@@ -41,6 +41,14 @@ INFERGATE_DEV bool warp_all(bool p) { return ::emu::warp_all(p); }
 INFERGATE_DEV uint8_t* dynamic_smem() { return ::emu::dynamic_smem(); }
 // *p += v atomically (shared or global memory); returns the old value.
 INFERGATE_DEV int32_t atomic_add(int32_t* p, int32_t v) { return std::atomic_ref<int32_t>(*p).fetch_add(v); }
+// *p = min(*p, v) atomically; returns the old value.
+INFERGATE_DEV int32_t atomic_min(int32_t* p, int32_t v) {
+  std::atomic_ref<int32_t> a(*p);
+  int32_t old = a.load();
+  while (v < old && !a.compare_exchange_weak(old, v)) {
+  }
+  return old;
+}
 
 // ---- memory ----
 // 16 bytes from global to shared, asynchronously; bytes past src_bytes (0..16) are zero-filled.
@@ -117,6 +125,7 @@ INFERGATE_DEV uint8_t* dynamic_smem() {
 }
 
 INFERGATE_DEV int32_t atomic_add(int32_t* p, int32_t v) { return atomicAdd(p, v); }
+INFERGATE_DEV int32_t atomic_min(int32_t* p, int32_t v) { return atomicMin(p, v); }
 
 INFERGATE_DEV uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 INFERGATE_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {
