@@ -274,89 +274,21 @@ TEST_F(MlaQualityMatrix128, Int4LatentInGroupsOf128StaysWithinTheMatrixBound) {
   EXPECT_LE(q[KvCacheDtype::kInt8].mean_kl, q[KvCacheDtype::kF16].mean_kl + 0.01);
 }
 
-// Decode attention over int8 / int4 KV quantizes q and the softmax weights to 8 bits where the CPU
-// has AVX-512 VNNI (kernels/src/cpu/attn_vnni.cc). At head_dim 128, token by token (the decode path
-// that takes it), the engine's agreement with fp32 must stay near that of the exact kernel path.
-TEST(QualityDecode, IntegerDecodeAttentionStaysNearTheExactPathAtHeadDim128) {
-  kernels::set_cpu_int_attention(true);
-  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
-  TempDir dir = temp_dir();
-  m::TestModelOptions o = small_options(m::Architecture::kLlama, 23);
-  o.hidden = 256;
-  o.heads = 2;
-  o.kv_heads = 1;  // head_dim 128, 2 query heads per KV head
-  o.layers = 2;
-  o.vocab = 512;
-  o.outlier_channels = 4;
-  o.dtype = m::DType::kF32;
-  const auto path = make_model(dir.path() / "m", o);
+// The integer attention path (AVX-512 VNNI, kernels/src/cpu/attn_vnni.cc: q and the softmax weights at
+// 8 bits) against the exact one on a generated fp32 model: fp16 weights with each KV dtype, scored
+// against the model's fp32 logits through both kernel paths (chunk: score()'s prefill chunk, 1 = token
+// by token), printed as a table and held near the exact path. KL grows with the square of the logit
+// error; the kernel tests bound the error the integer path adds to at most about the KV format's own
+// (int8) and a fraction of it (int4): the KL may at most about quadruple for int8 ((1 + 1)^2) and
+// stay within 1.5x for int4, and top-1 may drop by 2 points.
+void expect_integer_path_near_exact(const std::filesystem::path& path, const std::vector<KvCacheDtype>& kvs,
+                                    const std::vector<int32_t>& chunks, const std::string& title) {
   auto base = make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32});
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::vector<float>> want;
   for (const char* t : kTexts) {
     prompts.push_back(base->tokenize(t));
     want.push_back(*base->score(prompts.back(), 1));
-  }
-  const size_t v = static_cast<size_t>(base->vocab());
-  auto against_fp32 = [&](KvCacheDtype kv, bool int_path) {
-    kernels::set_cpu_int_attention(int_path);
-    EngineSetup setup{WeightFormat::kF16, kv};
-    setup.smooth_keys = smooth_keys_enabled(SmoothKeys::kAuto, kv);
-    auto e = make_engine(path, setup);
-    QualityAccumulator acc;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto got = e->score(prompts[i], 1);
-      EXPECT_TRUE(got.ok());
-      for (size_t r = 0; r < prompts[i].size(); ++r) {
-        acc.add_logits(std::span<const float>(want[i]).subspan(r * v, v),
-                       std::span<const float>(*got).subspan(r * v, v));
-      }
-    }
-    kernels::set_cpu_int_attention(true);
-    return acc.result();
-  };
-  std::printf(
-      "\n| f16 weights / KV (decode, head_dim 128) | kernel path | top-1 agreement | mean KL "
-      "|\n|---|---|---|---|\n");
-  for (KvCacheDtype kv : {KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi}) {
-    const QualityMetrics exact = against_fp32(kv, false), fast = against_fp32(kv, true);
-    const std::string name(kv_cache_dtype_name(kv));
-    std::printf("| %s | exact fp32 | %.4f | %.2e |\n| %s | int8 q, u8 weights | %.4f | %.2e |\n",
-                name.c_str(), exact.top1_agreement, exact.mean_kl, name.c_str(), fast.top1_agreement,
-                fast.mean_kl);
-    // KL grows with the square of the logit error. The kernel tests bound the error the integer path
-    // adds to at most about the KV format's own (int8) and a tenth of it (int4): the KL may at most
-    // about quadruple for int8 (errors adding up: (1 + 1)^2), and stay within 1.5x for int4.
-    const double factor = kv == KvCacheDtype::kInt8 ? 4.0 : 1.5;
-    EXPECT_LE(fast.mean_kl, factor * exact.mean_kl + 1e-5) << name;
-    EXPECT_GE(fast.top1_agreement, exact.top1_agreement - 0.02) << name;
-  }
-}
-
-// Absorbed MLA attention over int8 / int4 latent pages takes the same integer path where the row is a
-// multiple of 64 (kernels/src/cpu/attn_vnni.cc, mla_unit): here latent 128 + rope 64 (a 192-value row;
-// int4 in groups of 128 and one of 64, as Kimi K2's 512 + 64), dense layers, prefill and decode. Against fp32
-// the engine must stay near the exact kernel path, with the factors of the decode test above.
-TEST(QualityDecode, IntegerMlaAttentionStaysNearTheExactPath) {
-  kernels::set_cpu_int_attention(true);
-  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
-  TempDir dir = temp_dir();
-  m::TestModelOptions o = small_options(m::Architecture::kDeepseekV3, 24);
-  o.hidden = 128;
-  o.layers = 3;
-  o.vocab = 512;
-  o.outlier_channels = 4;
-  o.dtype = m::DType::kF32;
-  o.mla.kv_lora_rank = 128;
-  o.mla.qk_rope_head_dim = 64;
-  o.moe.dense_layers = o.layers;  // no routing: fp16 weights flipping an expert would swamp the KV error
-  const auto path = make_model(dir.path() / "m", o);
-  auto base = make_engine(path, {WeightFormat::kF32, KvCacheDtype::kF32});
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<float>> want;
-  for (const char* t : kTexts) {
-    prompts.push_back(base->tokenize(t));
-    want.push_back(*base->score(prompts.back()));
   }
   const size_t v = static_cast<size_t>(base->vocab());
   auto against_fp32 = [&](KvCacheDtype kv, bool int_path, int32_t chunk) {
@@ -376,13 +308,12 @@ TEST(QualityDecode, IntegerMlaAttentionStaysNearTheExactPath) {
     kernels::set_cpu_int_attention(true);
     return acc.result();
   };
-  std::printf(
-      "\n| f16 weights / latent cache (latent 128 + rope 64) | kernel path | top-1 agreement | mean KL "
-      "|\n|---|---|---|---|\n");
-  for (KvCacheDtype kv : {KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
-    for (int32_t chunk : {0, 1}) {  // one prefill; token by token
+  std::printf("\n| %s | kernel path | top-1 agreement | mean KL |\n|---|---|---|---|\n", title.c_str());
+  for (KvCacheDtype kv : kvs) {
+    for (int32_t chunk : chunks) {
       const QualityMetrics exact = against_fp32(kv, false, chunk), fast = against_fp32(kv, true, chunk);
-      const std::string name = std::string(kv_cache_dtype_name(kv)) + (chunk == 0 ? ", prefill" : ", decode");
+      std::string name(kv_cache_dtype_name(kv));
+      if (chunks.size() > 1) name += chunk == 1 ? ", decode" : ", prefill";
       std::printf("| %s | exact fp32 | %.4f | %.2e |\n| %s | int8 q, u8 weights | %.4f | %.2e |\n",
                   name.c_str(), exact.top1_agreement, exact.mean_kl, name.c_str(), fast.top1_agreement,
                   fast.mean_kl);
@@ -391,6 +322,44 @@ TEST(QualityDecode, IntegerMlaAttentionStaysNearTheExactPath) {
       EXPECT_GE(fast.top1_agreement, exact.top1_agreement - 0.02) << name;
     }
   }
+}
+
+// Decode attention over int8 / int4 KV at head_dim 128, token by token (the decode path that takes it).
+TEST(QualityDecode, IntegerDecodeAttentionStaysNearTheExactPathAtHeadDim128) {
+  kernels::set_cpu_int_attention(true);
+  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(m::Architecture::kLlama, 23);
+  o.hidden = 256;
+  o.heads = 2;
+  o.kv_heads = 1;  // head_dim 128, 2 query heads per KV head
+  o.layers = 2;
+  o.vocab = 512;
+  o.outlier_channels = 4;
+  o.dtype = m::DType::kF32;
+  expect_integer_path_near_exact(make_model(dir.path() / "m", o),
+                                 {KvCacheDtype::kInt8, KvCacheDtype::kInt4, KvCacheDtype::kInt4Kivi}, {1},
+                                 "f16 weights / KV (decode, head_dim 128)");
+}
+
+// Absorbed MLA attention over int8 / int4 latent pages takes the same integer path where the row is a
+// multiple of 64 (attn_vnni.cc, mla_unit): here latent 128 + rope 64 (a 192-value row; int4 in groups of
+// 128 and one of 64, as Kimi K2's 512 + 64), dense layers, prefill and decode.
+TEST(QualityDecode, IntegerMlaAttentionStaysNearTheExactPath) {
+  kernels::set_cpu_int_attention(true);
+  if (!kernels::cpu_int_attention()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the exact path runs";
+  TempDir dir = temp_dir();
+  m::TestModelOptions o = small_options(m::Architecture::kDeepseekV3, 24);
+  o.hidden = 128;
+  o.layers = 3;
+  o.vocab = 512;
+  o.outlier_channels = 4;
+  o.dtype = m::DType::kF32;
+  o.mla.kv_lora_rank = 128;
+  o.mla.qk_rope_head_dim = 64;
+  o.moe.dense_layers = o.layers;  // no routing: fp16 weights flipping an expert would swamp the KV error
+  expect_integer_path_near_exact(make_model(dir.path() / "m", o), {KvCacheDtype::kInt8, KvCacheDtype::kInt4},
+                                 {0, 1}, "f16 weights / latent cache (latent 128 + rope 64)");
 }
 
 TEST_F(QualityMatrix, KeySmoothingLeavesHalfPrecisionCachesBitForBitAlone) {
