@@ -33,7 +33,8 @@ Status set_cpu_isa(CpuIsa isa);
 // AVX-512 VNNI (and the avx512 set active) q is quantized per query head to int8 and the softmax
 // weights per 32 tokens to u8 (docs/quant-formats.md gives the error bound); the same for
 // mla_attention_cpu over int8 and int4 latent pages (all the heads of a query token share each chunk
-// of latent rows). On by default; INFERGATE_KERNELS_INT_ATTENTION=0 or set_cpu_int_attention(false) keeps the exact fp32 path.
+// of latent rows). On by default; INFERGATE_KERNELS_INT_ATTENTION=0 or set_cpu_int_attention(false)
+// keeps the exact fp32 path.
 void set_cpu_int_attention(bool enabled);
 // Whether attention_cpu uses it now: enabled, the avx512 set active, and the CPU has VNNI.
 bool cpu_int_attention();
