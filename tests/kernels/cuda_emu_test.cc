@@ -36,41 +36,30 @@ using testing::Rng;
 
 // ---- int4 GEMV ----
 
-struct Weight {
-  WeightLayout layout;
-  std::vector<uint8_t> data, zeros, packed;
-  std::vector<uint16_t> scales;
-  WeightView view() const {
-    return {layout, data.data(), scales.data(), zeros.empty() ? nullptr : zeros.data()};
-  }
-};
-
-Weight make_int4(Rng& rng, const WeightLayout& l) {
-  Weight w;
-  w.layout = l;
-  const WeightBytes b = weight_bytes(l);
-  w.data.resize(static_cast<size_t>(b.data));
-  w.scales.resize(static_cast<size_t>(b.scales / 2));
-  w.zeros.resize(static_cast<size_t>(b.zeros));
-  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
-  if (l.format == WeightFormat::kInt4Asym) {
-    for (auto& x : src) x += 0.02f;
-  }
-  EXPECT_TRUE(
-      quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
-                          {w.data.data(), w.scales.data(), w.zeros.empty() ? nullptr : w.zeros.data()})
-          .ok());
-  // The mma packing, from its element map (cuda_layouts.h), independently of the library's packer.
-  w.packed.assign(w.data.size(), 0);
+// The mma packing of an int4 weight, from its element map (cuda_layouts.h), independently of the
+// library's packer.
+std::vector<uint8_t> mma_packed(const testing::HostWeight& w) {
+  const WeightLayout& l = w.layout;
+  std::vector<uint8_t> packed(w.data.size(), 0);
   for (int64_t r = 0; r < l.rows; ++r) {
     for (int64_t k = 0; k < l.cols; ++k) {
       int64_t off;
       int nib;
       int4_mma_locate(l.cols, r, k, &off, &nib);
       const uint32_t code = int4_get(w.data.data() + r * weight_row_bytes(l), k);
-      w.packed[static_cast<size_t>(off + nib / 2)] |= static_cast<uint8_t>(code << (4 * (nib % 2)));
+      packed[static_cast<size_t>(off + nib / 2)] |= static_cast<uint8_t>(code << (4 * (nib % 2)));
     }
   }
+  return packed;
+}
+
+struct Weight : testing::HostWeight {
+  std::vector<uint8_t> packed;
+};
+
+Weight make_int4(Rng& rng, const WeightLayout& l) {
+  Weight w{testing::make_host_weight(rng, l), {}};
+  w.packed = mma_packed(w);
   return w;
 }
 
@@ -918,25 +907,15 @@ TEST(CudaEmuWeight, QuantizeWritesTheReferencesBytesAndDequantizeItsBits) {
 
 // The device repacking for the tensor-core GEMV puts every code where the layout's map says (the map
 // the host packer and the GEMV's loads use).
-TEST(CudaEmuWeight, Int4RepackingEqualsTheHostPacker) {
+TEST(CudaEmuWeight, Int4RepackingPutsEveryCodeWhereTheLayoutMapSays) {
   Rng rng(622);
   SCOPED_TRACE(rng.trace());
   for (const WeightLayout& l : {WeightLayout{WeightFormat::kInt4Sym, 32, 128, 32, ScaleDtype::kF16},
                                 WeightLayout{WeightFormat::kInt4Asym, 16, 192, 64, ScaleDtype::kBF16}}) {
     SCOPED_TRACE(weight_format_name(l.format));
     const testing::HostWeight w = testing::make_host_weight(rng, l);
-    const WeightBytes b = weight_bytes(l);
-    std::vector<uint8_t> want(static_cast<size_t>(b.data)), got(want.size(), 0xEE);
-    // The layout's map (cuda_layouts.h), element by element, as the host packer applies it.
-    for (int64_t r = 0; r < l.rows; ++r) {
-      for (int64_t k = 0; k < l.cols; ++k) {
-        int64_t off;
-        int nib;
-        int4_mma_locate(l.cols, r, k, &off, &nib);
-        want[static_cast<size_t>(off + nib / 2)] |=
-            static_cast<uint8_t>(int4_get(w.data.data() + r * weight_row_bytes(l), k) << (4 * (nib % 2)));
-      }
-    }
+    const std::vector<uint8_t> want = mma_packed(w);
+    std::vector<uint8_t> got(want.size(), 0xEE);
     const int64_t words = l.rows * l.cols / 8;
     emu::launch({static_cast<unsigned>((words + 255) / 256)}, {256u}, 0,
                 [&] { cuda::wq::pack_int4_kernel<>(w.view(), reinterpret_cast<uint32_t*>(got.data())); });
