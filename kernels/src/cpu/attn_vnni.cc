@@ -552,6 +552,32 @@ static inline int64_t channel_of(bool int4, int64_t pos) {
   return int4 ? 128 * (sub / 2) + 2 * b + sub % 2 : 64 * sub + b;
 }
 
+// Row r of a unit's state at the start: q * scale in st.qf; when `quantize` (all but kivi, which
+// quantizes per page) its int8 codes, with their sums per group of gs channels (int4: even / odd
+// codes) or the int8 correction; output, minima, sums and running max reset.
+static void start_row(const State& st, int64_t r, const float* q, float scale, bool int4, bool quantize,
+                      int64_t gs) {
+  const int64_t d = st.d, G = st.groups;
+  float* qf = st.qf + r * d;
+  const V sc = vset1(scale);
+  for (int64_t c = 0; c < d; c += kW) vstore(qf + c, vmul(vload(q + c), sc));
+  if (quantize) {
+    alignas(64) int8_t codes[1024];
+    st.sq[r] = quantize_s8(qf, d, int4 ? codes : st.qc + r * d);
+    if (int4) {
+      split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
+      for (int64_t g = 0; g < G; ++g)
+        st.qg[r * G + g] = sum_s8(codes + gs * g, (g + 1) * gs < d ? gs : d - g * gs);
+    } else {
+      st.corr[r] = 128 * sum_s8(st.qc + r * d, d);
+    }
+  }
+  for (int64_t c = 0; c < d; c += kW) vstore(st.o + r * d + c, vzero());
+  for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
+  vstore(st.lsum + r * 16, vzero());
+  st.mx[r] = -INFINITY;
+}
+
 // One KV head of a unit: its state and where its rows and scales sit in every page.
 struct Head {
   State st;
@@ -594,24 +620,7 @@ void decode_unit(const AttnJob& j, const AttnUnit& u, float* scratch) {
     const State& st = hd.st;
     for (int64_t r = 0; r < st.rows; ++r) {
       const int64_t hq = hd.kv_head * group + (u.row0 + r) % group;
-      const float* qv = j.q.at(q0 + token, hq);
-      float* qf = st.qf + r * d;
-      const V sc = vset1(b.scale);
-      for (int64_t c = 0; c < d; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
-      if (!kivi) {
-        alignas(64) int8_t codes[1024];
-        st.sq[r] = quantize_s8(qf, d, int4 ? codes : st.qc + r * d);
-        if (int4) {
-          split_even_odd(codes, d, st.qc + r * d, st.qc + r * d + d / 2);
-          for (int64_t g = 0; g < G; ++g) st.qg[r * G + g] = sum_s8(codes + 64 * g, 64);
-        } else {
-          st.corr[r] = 128 * sum_s8(st.qc + r * d, d);
-        }
-      }
-      for (int64_t c = 0; c < d; c += kW) vstore(st.o + r * d + c, vzero());
-      for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
-      vstore(st.lsum + r * 16, vzero());
-      st.mx[r] = -INFINITY;
+      start_row(st, r, j.q.at(q0 + token, hq), b.scale, int4, !kivi, kKvInt4Group);
     }
   }
 
@@ -856,26 +865,7 @@ void mla_unit(const MlaJob& j, int32_t seq, int64_t row, int64_t a0, int64_t a1,
   const KvPageRegions reg = kv_latent_page_regions(l);
   uint8_t* end = nullptr;
   const State st = carve(reinterpret_cast<uint8_t*>(scratch), dk, rows, G, &end, nullptr);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* qv = j.q.at(q0 + row, a0 + r);
-    float* qf = st.qf + r * dk;
-    const V sc = vset1(b.scale);
-    for (int64_t c = 0; c < dk; c += kW) vstore(qf + c, vmul(vload(qv + c), sc));
-    alignas(64) int8_t codes[1024];
-    st.sq[r] = quantize_s8(qf, dk, int4 ? codes : st.qc + r * dk);
-    if (int4) {
-      split_even_odd(codes, dk, st.qc + r * dk, st.qc + r * dk + dk / 2);
-      for (int64_t g = 0; g < G; ++g) {
-        st.qg[r * G + g] = sum_s8(codes + gs * g, (g + 1) * gs < dk ? gs : dk - g * gs);
-      }
-    } else {
-      st.corr[r] = 128 * sum_s8(st.qc + r * dk, dk);
-    }
-    for (int64_t c = 0; c < dk; c += kW) vstore(st.o + r * dk + c, vzero());
-    for (int64_t g = 0; g < G; ++g) vstore(st.macc + (r * G + g) * 16, vzero());
-    vstore(st.lsum + r * 16, vzero());
-    st.mx[r] = -INFINITY;
-  }
+  for (int64_t r = 0; r < rows; ++r) start_row(st, r, j.q.at(q0 + row, a0 + r), b.scale, int4, true, gs);
 
   const int32_t* table = b.block_table + int64_t{seq} * b.max_pages_per_seq;
   const int64_t page_bytes = kv_latent_page_bytes(l);
