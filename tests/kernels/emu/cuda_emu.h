@@ -1,22 +1,27 @@
-// A small emulator of the CUDA execution model on host threads, so that the streaming kernels
-// (kernels/src/cuda/gemv_stream.cuh, attention_decode.cuh) run in the CPU test suite against the
-// scalar references on every machine, GPU or not. Every thread of a block is a std::thread; blocks run
-// one after another. Emulated: thread / block ids, __syncthreads and __syncwarp (barriers), warp
-// shuffles and mma.sync m16n8k16 (warp collectives: every lane must reach them, as on the GPU),
-// dynamic shared memory (filled with a garbage pattern before each block, so reads of unwritten shared
-// memory show up), cp.async (copies deferred until the wait that covers them, or done at once - both
-// orders are legal on the hardware, so the tests run both), packed fp16 arithmetic (IEEE rounding of
-// each result). Not emulated: timing, memory-model subtleties beyond the barriers, bank conflicts.
+// A small emulator of the CUDA execution model on the host, so that the CUDA kernels (kernels/src/cuda/
+// *.cuh) run in the CPU test suite against the scalar references on every machine, GPU or not. Every
+// thread of a block is a fiber (its own stack, switched with ucontext) on the calling host thread; the
+// fibers of a block run until each reaches a barrier or exits, in thread order, so a run is
+// deterministic; blocks run one after another. Emulated: thread / block ids, __syncthreads and
+// __syncwarp (barriers), warp shuffles and mma.sync (warp collectives: every lane must reach them, as on
+// the GPU), dynamic shared memory (filled with a garbage pattern before each block, so reads of unwritten
+// shared memory show up), cp.async (copies deferred until the wait that covers them, or done at once -
+// both orders are legal on the hardware, so the tests run both), packed fp16 arithmetic (IEEE rounding
+// of each result). A block whose threads all wait at barriers that cannot complete (a barrier inside
+// divergent code) is reported as a deadlock and aborts the test binary. Not emulated: timing,
+// memory-model subtleties beyond the barriers, bank conflicts, concurrency between blocks.
 #pragma once
 
+#include <ucontext.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "infergate/kernels/numeric.h"
@@ -40,22 +45,52 @@ struct alignas(16) float4 {
 struct alignas(8) float2 {
   float x, y;
 };
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
 
 namespace emu {
 
-struct Dim3 {
-  unsigned x = 1, y = 1, z = 1;
+using Dim3 = ::dim3;
+
+void yield();
+
+// A barrier of fibers: arrive_and_wait yields to the block's scheduler until the phase completes.
+class Barrier {
+ public:
+  explicit Barrier(int expected) : expected_(expected) {}
+  void arrive_and_wait() {
+    const uint64_t phase = phase_;
+    if (++arrived_ == expected_) {
+      complete();
+      return;
+    }
+    while (phase_ == phase) yield();
+  }
+  // An exited thread no longer takes part (as on the GPU); it may complete the phase the others wait in.
+  void arrive_and_drop() {
+    --expected_;
+    if (arrived_ > 0 && arrived_ == expected_) complete();
+  }
+  int waiting() const { return arrived_; }
+
+ private:
+  void complete();
+  int expected_;
+  int arrived_ = 0;
+  uint64_t phase_ = 0;
 };
 
 struct WarpCtx {
   explicit WarpCtx(int n) : bar(n) {}
-  std::barrier<> bar;
+  Barrier bar;
   uint32_t slot[32][10] = {};
 };
 
 struct BlockCtx {
   explicit BlockCtx(int n) : bar(n) {}
-  std::barrier<> bar;
+  Barrier bar;
   std::vector<std::unique_ptr<WarpCtx>> warps;
   std::vector<uint8_t> smem;
 };
@@ -76,26 +111,54 @@ struct ThreadState {
   std::vector<Copy> open;                 // issued since the last commit
 };
 
-inline thread_local ThreadState tl;
-inline Dim3 g_block_dim, g_grid_dim;
+struct Fiber {
+  ucontext_t ctx{};
+  ThreadState st;
+  bool done = false;
+};
+
+// The fibers of the block being run on this host thread.
+struct Scheduler {
+  ucontext_t main{};
+  std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<uint8_t[]>> stacks;
+  size_t cur = 0;
+  uint64_t progress = 0;  // barrier phases completed and threads exited
+  const std::function<void()>* body = nullptr;
+};
+
+inline constexpr size_t kFiberStack = 256 * 1024;
+inline thread_local Scheduler* g_sched = nullptr;
+inline thread_local ThreadState* g_tl = nullptr;
+inline thread_local Dim3 g_block_dim, g_grid_dim;
 // cp.async completion order: false = at the covering wait (the latest legal moment), true = at issue.
 inline bool g_cp_immediate = false;
 
-inline int lane() { return tl.lane; }
-inline uint8_t* dynamic_smem() { return tl.blk->smem.data(); }
-inline void sync_warp() { tl.warp->bar.arrive_and_wait(); }
-inline void sync_block() { tl.blk->bar.arrive_and_wait(); }
+inline void yield() {
+  Scheduler& s = *g_sched;
+  swapcontext(&s.fibers[s.cur].ctx, &s.main);
+}
+inline void Barrier::complete() {
+  arrived_ = 0;
+  ++phase_;
+  ++g_sched->progress;
+}
+
+inline int lane() { return g_tl->lane; }
+inline uint8_t* dynamic_smem() { return g_tl->blk->smem.data(); }
+inline void sync_warp() { g_tl->warp->bar.arrive_and_wait(); }
+inline void sync_block() { g_tl->blk->bar.arrive_and_wait(); }
 
 // Every lane publishes `n` words, then reads what lane `src` published.
 inline void publish(const uint32_t* v, int n) {
-  std::memcpy(tl.warp->slot[tl.lane], v, static_cast<size_t>(n) * 4);
-  tl.warp->bar.arrive_and_wait();
+  std::memcpy(g_tl->warp->slot[g_tl->lane], v, static_cast<size_t>(n) * 4);
+  g_tl->warp->bar.arrive_and_wait();
 }
-inline void done_reading() { tl.warp->bar.arrive_and_wait(); }
+inline void done_reading() { g_tl->warp->bar.arrive_and_wait(); }
 
 inline uint32_t shfl_u32(uint32_t v, int src) {
   publish(&v, 1);
-  const uint32_t r = tl.warp->slot[src & 31][0];
+  const uint32_t r = g_tl->warp->slot[src & 31][0];
   done_reading();
   return r;
 }
@@ -103,7 +166,7 @@ inline bool warp_all(bool p) {
   const uint32_t v = p ? 1u : 0u;
   publish(&v, 1);
   bool all = true;
-  for (int l = 0; l < 32; ++l) all = all && tl.warp->slot[l][0] != 0;
+  for (int l = 0; l < 32; ++l) all = all && g_tl->warp->slot[l][0] != 0;
   done_reading();
   return all;
 }
@@ -121,17 +184,17 @@ inline void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
   if (g_cp_immediate) {
     do_copy(c);
   } else {
-    tl.open.push_back(c);
+    g_tl->open.push_back(c);
   }
 }
 inline void cp_commit() {
-  tl.groups.push_back(std::move(tl.open));
-  tl.open.clear();
+  g_tl->groups.push_back(std::move(g_tl->open));
+  g_tl->open.clear();
 }
 inline void cp_wait(int n) {
-  while (static_cast<int>(tl.groups.size()) > n) {
-    for (const Copy& c : tl.groups.front()) do_copy(c);
-    tl.groups.erase(tl.groups.begin());
+  while (static_cast<int>(g_tl->groups.size()) > n) {
+    for (const Copy& c : g_tl->groups.front()) do_copy(c);
+    g_tl->groups.erase(g_tl->groups.begin());
   }
 }
 
@@ -175,7 +238,7 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   publish(mine, 10);
   float A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
-    const uint32_t* s = tl.warp->slot[l];
+    const uint32_t* s = g_tl->warp->slot[l];
     const int g = l >> 2, c = l & 3;
     for (int e = 0; e < 2; ++e) {
       A[g][2 * c + e] = half_bits(s[0], e, bf16);
@@ -186,7 +249,7 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
       B[2 * c + 8 + e][g] = half_bits(s[5], e, bf16);
     }
   }
-  const int g = tl.lane >> 2, c = tl.lane & 3;
+  const int g = g_tl->lane >> 2, c = g_tl->lane & 3;
   const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * c, 2 * c + 1, 2 * c, 2 * c + 1};
   for (int i = 0; i < 4; ++i) {
     double s = infergate::kernels::bits_to_float(mine[6 + i]);
@@ -196,13 +259,35 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   done_reading();
 }
 
+inline void fiber_main() {
+  Scheduler& s = *g_sched;
+  Fiber& f = s.fibers[s.cur];
+  (*s.body)();
+  cp_wait(0);
+  for (const Copy& c : g_tl->open) do_copy(c);
+  // An exited thread no longer takes part in barriers (as on the GPU).
+  g_tl->warp->bar.arrive_and_drop();
+  g_tl->blk->bar.arrive_and_drop();
+  f.done = true;
+  ++s.progress;
+}  // returns to the scheduler through uc_link
+
 // Runs `body` (the kernel call with its arguments bound) for every thread of every block. Blocks run
-// one at a time; their threads run concurrently.
+// one at a time; their threads run as fibers on this host thread, each until it waits or exits.
 inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function<void()>& body) {
+  const Dim3 saved_grid = g_grid_dim, saved_block = g_block_dim;
+  Scheduler* const saved_sched = g_sched;
+  ThreadState* const saved_tl = g_tl;
   g_grid_dim = grid;
   g_block_dim = block;
   const int n = static_cast<int>(block.x * block.y * block.z);
   const int warps = (n + 31) / 32;
+  static thread_local std::unique_ptr<Scheduler> pool;  // stacks are kept between launches
+  if (!pool) pool = std::make_unique<Scheduler>();
+  Scheduler& s = *pool;
+  while (s.stacks.size() < static_cast<size_t>(n)) s.stacks.emplace_back(new uint8_t[kFiberStack]);
+  s.body = &body;
+  g_sched = &s;
   for (unsigned bz = 0; bz < grid.z; ++bz) {
     for (unsigned by = 0; by < grid.y; ++by) {
       for (unsigned bx = 0; bx < grid.x; ++bx) {
@@ -210,33 +295,53 @@ inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function
         for (int w = 0; w < warps; ++w)
           ctx.warps.push_back(std::make_unique<WarpCtx>(std::min(32, n - 32 * w)));
         ctx.smem.assign(smem_bytes + 16, 0xA5);  // garbage: unwritten shared memory must not be read
-        std::vector<std::thread> threads;
-        threads.reserve(static_cast<size_t>(n));
+        s.fibers.assign(static_cast<size_t>(n), Fiber{});
         for (int t = 0; t < n; ++t) {
-          threads.emplace_back([&, t] {
-            tl = ThreadState{};
-            tl.thread = {static_cast<unsigned>(t), 0, 0};
-            tl.block = {bx, by, bz};
-            tl.blk = &ctx;
-            tl.warp = ctx.warps[static_cast<size_t>(t / 32)].get();
-            tl.lane = t % 32;
-            body();
-            cp_wait(0);
-            for (const Copy& c : tl.open) do_copy(c);
-            // An exited thread no longer takes part in barriers (as on the GPU).
-            tl.warp->bar.arrive_and_drop();
-            tl.blk->bar.arrive_and_drop();
-          });
+          Fiber& f = s.fibers[static_cast<size_t>(t)];
+          f.st.thread = {static_cast<unsigned>(t % block.x), static_cast<unsigned>(t / block.x % block.y),
+                         static_cast<unsigned>(t / (block.x * block.y))};
+          f.st.block = {bx, by, bz};
+          f.st.blk = &ctx;
+          f.st.warp = ctx.warps[static_cast<size_t>(t / 32)].get();
+          f.st.lane = t % 32;
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = s.stacks[static_cast<size_t>(t)].get();
+          f.ctx.uc_stack.ss_size = kFiberStack;
+          f.ctx.uc_link = &s.main;
+          makecontext(&f.ctx, fiber_main, 0);
         }
-        for (auto& th : threads) th.join();
+        int alive = n;
+        while (alive > 0) {
+          const uint64_t before = s.progress;
+          for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+            if (s.fibers[t].done) continue;
+            s.cur = t;
+            g_tl = &s.fibers[t].st;
+            swapcontext(&s.main, &s.fibers[t].ctx);
+            if (s.fibers[t].done) --alive;
+          }
+          if (alive > 0 && s.progress == before) {
+            int at_block = ctx.bar.waiting(), at_warp = 0;
+            for (const auto& w : ctx.warps) at_warp += w->bar.waiting();
+            std::fprintf(stderr,
+                         "emu: deadlock in block (%u, %u, %u) of a %d-thread launch: %d threads alive, %d "
+                         "waiting at __syncthreads, %d at warp collectives\n",
+                         bx, by, bz, n, alive, at_block, at_warp);
+            std::abort();
+          }
+        }
       }
     }
   }
+  g_sched = saved_sched;
+  g_tl = saved_tl;
+  g_grid_dim = saved_grid;
+  g_block_dim = saved_block;
 }
 
 }  // namespace emu
 
-#define threadIdx (::emu::tl.thread)
-#define blockIdx (::emu::tl.block)
+#define threadIdx (::emu::g_tl->thread)
+#define blockIdx (::emu::g_tl->block)
 #define blockDim (::emu::g_block_dim)
 #define gridDim (::emu::g_grid_dim)
