@@ -5,7 +5,6 @@
 // CUDA execution model (emu/cuda_emu.h) against the scalar references: their indexing, cp.async pipelines
 // (both legal completion orders), masking, softmax and merges are checked on every machine, GPU or not. The
 // same kernels run on the GPU in kernels_cuda_tests.
-#define INFERGATE_CUDA_EMU 1
 
 #include <gtest/gtest.h>
 

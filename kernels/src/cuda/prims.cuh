@@ -61,11 +61,22 @@ INFERGATE_DEV void cp_commit() { ::emu::cp_commit(); }
 INFERGATE_DEV void cp_wait(int n) { ::emu::cp_wait(n); }
 // 16 bytes of read-only, streamed data (not kept in L1).
 INFERGATE_DEV uint4 ldg_stream16(const void* p) { return *static_cast<const uint4*>(p); }
+// 4 bytes from any memory (shared included) as a word.
+INFERGATE_DEV uint32_t ld_u32(const void* p) {
+  uint32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+// 16 bytes through the read-only data cache.
+INFERGATE_DEV uint4 ldg16(const void* p) { return *static_cast<const uint4*>(p); }
 INFERGATE_DEV uint32_t ldg_u32(const void* p) {
   uint32_t v;
   __builtin_memcpy(&v, p, 4);
   return v;
 }
+
+// A hint to pull the line holding p into L2.
+INFERGATE_DEV void prefetch_l2(const void*) {}
 
 // ---- programmatic dependent launch ----
 INFERGATE_DEV void grid_dep_wait() {}
@@ -104,6 +115,17 @@ INFERGATE_DEV void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 }
 INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   ::emu::mma_m16n8k16(d, a, b0, b1, true);
+}
+
+// fp32 -> tf32 (cvt.rna: to nearest, ties away from zero, 10 mantissa bits kept) as an fp32 bit pattern.
+INFERGATE_DEV uint32_t to_tf32(float x) {
+  uint32_t u = float_to_bits(x);
+  if ((u & 0x7F800000u) != 0x7F800000u) u = (u + 0x1000u) & 0xFFFFE000u;
+  return u;
+}
+// D = A (16x8) * B (8x8) + D, tf32 inputs, fp32 accumulators (fragment layout in cuda_emu.h).
+INFERGATE_DEV void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  ::emu::mma_m16n8k8_tf32(d, a, b0, b1);
 }
 
 INFERGATE_DEV float fast_exp(float x) { return std::exp(x); }
@@ -160,7 +182,11 @@ INFERGATE_DEV uint4 ldg_stream16(const void* p) {
                : "l"(p));
   return v;
 }
+INFERGATE_DEV uint32_t ld_u32(const void* p) { return *static_cast<const uint32_t*>(p); }
+INFERGATE_DEV uint4 ldg16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 INFERGATE_DEV uint32_t ldg_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
+
+INFERGATE_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // Programmatic dependent launch (sm_90): launch_dependents lets the next kernel in the stream, when
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization, start its blocks early; wait
@@ -215,6 +241,19 @@ INFERGATE_DEV void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 INFERGATE_DEV void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+INFERGATE_DEV uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+INFERGATE_DEV void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

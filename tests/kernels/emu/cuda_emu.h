@@ -49,6 +49,9 @@ struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+// The built-in variables, per host thread; the scheduler sets threadIdx / blockIdx to the fiber's before
+// it resumes one.
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 
@@ -130,7 +133,6 @@ struct Scheduler {
 inline constexpr size_t kFiberStack = 256 * 1024;
 inline thread_local Scheduler* g_sched = nullptr;
 inline thread_local ThreadState* g_tl = nullptr;
-inline thread_local Dim3 g_block_dim, g_grid_dim;
 // cp.async completion order: false = at the covering wait (the latest legal moment), true = at issue.
 inline bool g_cp_immediate = false;
 
@@ -259,6 +261,35 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   done_reading();
 }
 
+// mma.sync.m16n8k8.row.col with tf32 inputs (fp32 bit patterns whose low 13 bits are zero), fp32
+// accumulators: lane 4g + c holds A (rows g / g+8, cols c / c+4: a0 (g, c), a1 (g+8, c), a2 (g, c+4),
+// a3 (g+8, c+4)), B (rows c / c+4, col g) and D (rows g / g+8, cols 2c, 2c+1).
+inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using infergate::kernels::bits_to_float;
+  uint32_t mine[10] = {a[0], a[1], a[2], a[3], b0, b1};
+  for (int i = 0; i < 4; ++i) mine[6 + i] = infergate::kernels::float_to_bits(d[i]);
+  publish(mine, 10);
+  float A[16][8], B[8][8];
+  for (int l = 0; l < 32; ++l) {
+    const uint32_t* s = g_tl->warp->slot[l];
+    const int g = l >> 2, c = l & 3;
+    A[g][c] = bits_to_float(s[0]);
+    A[g + 8][c] = bits_to_float(s[1]);
+    A[g][c + 4] = bits_to_float(s[2]);
+    A[g + 8][c + 4] = bits_to_float(s[3]);
+    B[c][g] = bits_to_float(s[4]);
+    B[c + 4][g] = bits_to_float(s[5]);
+  }
+  const int g = g_tl->lane >> 2, c = g_tl->lane & 3;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * c, 2 * c + 1, 2 * c, 2 * c + 1};
+  for (int i = 0; i < 4; ++i) {
+    double s = bits_to_float(mine[6 + i]);
+    for (int k = 0; k < 8; ++k) s += static_cast<double>(A[rows[i]][k]) * B[k][cols[i]];
+    d[i] = static_cast<float>(s);
+  }
+  done_reading();
+}
+
 inline void fiber_main() {
   Scheduler& s = *g_sched;
   Fiber& f = s.fibers[s.cur];
@@ -275,11 +306,12 @@ inline void fiber_main() {
 // Runs `body` (the kernel call with its arguments bound) for every thread of every block. Blocks run
 // one at a time; their threads run as fibers on this host thread, each until it waits or exits.
 inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function<void()>& body) {
-  const Dim3 saved_grid = g_grid_dim, saved_block = g_block_dim;
+  const Dim3 saved_grid = ::gridDim, saved_block = ::blockDim, saved_thread = ::threadIdx,
+             saved_blockidx = ::blockIdx;
   Scheduler* const saved_sched = g_sched;
   ThreadState* const saved_tl = g_tl;
-  g_grid_dim = grid;
-  g_block_dim = block;
+  ::gridDim = grid;
+  ::blockDim = block;
   const int n = static_cast<int>(block.x * block.y * block.z);
   const int warps = (n + 31) / 32;
   static thread_local std::unique_ptr<Scheduler> pool;  // stacks are kept between launches
@@ -317,6 +349,8 @@ inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function
             if (s.fibers[t].done) continue;
             s.cur = t;
             g_tl = &s.fibers[t].st;
+            ::threadIdx = g_tl->thread;
+            ::blockIdx = g_tl->block;
             swapcontext(&s.main, &s.fibers[t].ctx);
             if (s.fibers[t].done) --alive;
           }
@@ -335,13 +369,10 @@ inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function
   }
   g_sched = saved_sched;
   g_tl = saved_tl;
-  g_grid_dim = saved_grid;
-  g_block_dim = saved_block;
+  ::gridDim = saved_grid;
+  ::blockDim = saved_block;
+  ::threadIdx = saved_thread;
+  ::blockIdx = saved_blockidx;
 }
 
 }  // namespace emu
-
-#define threadIdx (::emu::g_tl->thread)
-#define blockIdx (::emu::g_tl->block)
-#define blockDim (::emu::g_block_dim)
-#define gridDim (::emu::g_grid_dim)
