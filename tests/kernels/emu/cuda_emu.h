@@ -1,6 +1,7 @@
 // A small emulator of the CUDA execution model on the host, so that the CUDA kernels (kernels/src/cuda/
 // *.cuh) run in the CPU test suite against the scalar references on every machine, GPU or not. Every
-// thread of a block is a fiber (its own stack, switched with ucontext) on the calling host thread; the
+// thread of a block is a fiber (its own stack; a six-register switch on x86-64, ucontext elsewhere) on the
+// calling host thread; the
 // fibers of a block run until each reaches a barrier or exits, in thread order, so a run is
 // deterministic; blocks run one after another. Emulated: thread / block ids, __syncthreads and
 // __syncwarp (barriers), warp shuffles and mma.sync (warp collectives: every lane must reach them, as on
@@ -12,7 +13,9 @@
 // memory-model subtleties beyond the barriers, bank conflicts, concurrency between blocks.
 #pragma once
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -114,15 +117,72 @@ struct ThreadState {
   std::vector<Copy> open;                 // issued since the last commit
 };
 
+// A saved execution context. On x86-64, the stack pointer of a suspended fiber whose callee-saved
+// registers sit on its stack (switching costs a few nanoseconds, where swapcontext makes a system call
+// to save the signal mask); elsewhere, ucontext.
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+extern "C" void infergate_emu_switch(void** save_sp, void* load_sp);
+// Saves rbp, rbx, r12-r15 on the current stack, stores rsp in *save_sp, loads load_sp, restores the
+// registers saved there and returns into that context. Weak: every translation unit that includes this
+// header emits the same definition.
+asm(R"(
+  .text
+  .weak infergate_emu_switch
+  .type infergate_emu_switch, @function
+infergate_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size infergate_emu_switch, .-infergate_emu_switch
+)");
+inline void switch_context(Context& from, Context& to) { infergate_emu_switch(&from.sp, to.sp); }
+// A context that starts `entry` (which never returns) on [stack, stack + size).
+inline void make_context(Context& c, uint8_t* stack, size_t size, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t{15};
+  auto* sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                               // entry's return address: never used
+  *--sp = reinterpret_cast<void*>(entry);        // where the first switch "returns" to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;   // rbp rbx r12 r13 r14 r15
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc{};
+};
+inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void make_context(Context& c, uint8_t* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 struct Fiber {
-  ucontext_t ctx{};
+  Context ctx{};
   ThreadState st;
   bool done = false;
 };
 
 // The fibers of the block being run on this host thread.
 struct Scheduler {
-  ucontext_t main{};
+  Context main{};
   std::vector<Fiber> fibers;
   std::vector<std::unique_ptr<uint8_t[]>> stacks;
   size_t cur = 0;
@@ -138,7 +198,7 @@ inline bool g_cp_immediate = false;
 
 inline void yield() {
   Scheduler& s = *g_sched;
-  swapcontext(&s.fibers[s.cur].ctx, &s.main);
+  switch_context(s.fibers[s.cur].ctx, s.main);
 }
 inline void Barrier::complete() {
   arrived_ = 0;
@@ -238,25 +298,32 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   uint32_t mine[10] = {a[0], a[1], a[2], a[3], b0, b1};
   for (int i = 0; i < 4; ++i) mine[6 + i] = infergate::kernels::float_to_bits(d[i]);
   publish(mine, 10);
-  float A[16][16], B[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const uint32_t* s = g_tl->warp->slot[l];
-    const int g = l >> 2, c = l & 3;
+  // This lane's outputs need rows g, g + 8 of A (held by lanes 4g .. 4g + 3) and columns 2c, 2c + 1 of
+  // B (held by lanes 8c .. 8c + 3 and 8c + 4 .. 8c + 7).
+  const int g = g_tl->lane >> 2, c = g_tl->lane & 3;
+  float arow[2][16], bcol[2][16];
+  for (int cc = 0; cc < 4; ++cc) {
+    const uint32_t* s = g_tl->warp->slot[4 * g + cc];
     for (int e = 0; e < 2; ++e) {
-      A[g][2 * c + e] = half_bits(s[0], e, bf16);
-      A[g + 8][2 * c + e] = half_bits(s[1], e, bf16);
-      A[g][2 * c + 8 + e] = half_bits(s[2], e, bf16);
-      A[g + 8][2 * c + 8 + e] = half_bits(s[3], e, bf16);
-      B[2 * c + e][g] = half_bits(s[4], e, bf16);
-      B[2 * c + 8 + e][g] = half_bits(s[5], e, bf16);
+      arow[0][2 * cc + e] = half_bits(s[0], e, bf16);
+      arow[1][2 * cc + e] = half_bits(s[1], e, bf16);
+      arow[0][2 * cc + 8 + e] = half_bits(s[2], e, bf16);
+      arow[1][2 * cc + 8 + e] = half_bits(s[3], e, bf16);
     }
   }
-  const int g = g_tl->lane >> 2, c = g_tl->lane & 3;
-  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * c, 2 * c + 1, 2 * c, 2 * c + 1};
+  for (int j = 0; j < 2; ++j) {
+    for (int cc = 0; cc < 4; ++cc) {
+      const uint32_t* s = g_tl->warp->slot[4 * (2 * c + j) + cc];
+      for (int e = 0; e < 2; ++e) {
+        bcol[j][2 * cc + e] = half_bits(s[4], e, bf16);
+        bcol[j][2 * cc + 8 + e] = half_bits(s[5], e, bf16);
+      }
+    }
+  }
   for (int i = 0; i < 4; ++i) {
-    double s = infergate::kernels::bits_to_float(mine[6 + i]);
-    for (int k = 0; k < 16; ++k) s += static_cast<double>(A[rows[i]][k]) * B[k][cols[i]];
-    d[i] = static_cast<float>(s);
+    double acc = infergate::kernels::bits_to_float(mine[6 + i]);
+    for (int k = 0; k < 16; ++k) acc += static_cast<double>(arow[i >> 1][k]) * bcol[i & 1][k];
+    d[i] = static_cast<float>(acc);
   }
   done_reading();
 }
@@ -301,7 +368,9 @@ inline void fiber_main() {
   g_tl->blk->bar.arrive_and_drop();
   f.done = true;
   ++s.progress;
-}  // returns to the scheduler through uc_link
+  switch_context(f.ctx, s.main);  // a done fiber is never resumed
+  std::abort();
+}
 
 // Runs `body` (the kernel call with its arguments bound) for every thread of every block. Blocks run
 // one at a time; their threads run as fibers on this host thread, each until it waits or exits.
@@ -336,11 +405,7 @@ inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function
           f.st.blk = &ctx;
           f.st.warp = ctx.warps[static_cast<size_t>(t / 32)].get();
           f.st.lane = t % 32;
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = s.stacks[static_cast<size_t>(t)].get();
-          f.ctx.uc_stack.ss_size = kFiberStack;
-          f.ctx.uc_link = &s.main;
-          makecontext(&f.ctx, fiber_main, 0);
+          make_context(f.ctx, s.stacks[static_cast<size_t>(t)].get(), kFiberStack, fiber_main);
         }
         int alive = n;
         while (alive > 0) {
@@ -351,7 +416,7 @@ inline void launch(Dim3 grid, Dim3 block, size_t smem_bytes, const std::function
             g_tl = &s.fibers[t].st;
             ::threadIdx = g_tl->thread;
             ::blockIdx = g_tl->block;
-            swapcontext(&s.main, &s.fibers[t].ctx);
+            switch_context(s.main, s.fibers[t].ctx);
             if (s.fibers[t].done) --alive;
           }
           if (alive > 0 && s.progress == before) {

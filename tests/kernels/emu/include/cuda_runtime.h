@@ -275,6 +275,15 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMem
   if (s != nullptr && s->capturing) return emu::fail(cudaErrorStreamCaptureUnsupported);
   return cudaMemcpy(dst, src, n, k);
 }
+inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                     size_t height, cudaMemcpyKind, cudaStream_t s) {
+  if (s != nullptr && s->capturing) return emu::fail(cudaErrorStreamCaptureUnsupported);
+  if (width > dpitch || width > spitch) return emu::fail(cudaErrorInvalidValue);
+  if (width * height > 0 && (dst == nullptr || src == nullptr)) return emu::fail(cudaErrorInvalidValue);
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<uint8_t*>(dst) + r * dpitch, static_cast<const uint8_t*>(src) + r * spitch, width);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   if (n > 0 && p == nullptr) return emu::fail(cudaErrorInvalidValue);
   if (n > 0) std::memset(p, v, n);
