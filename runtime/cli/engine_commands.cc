@@ -55,6 +55,7 @@ struct GenerateFlags {
   int64_t max_context = 0;
   int threads = 0;
   int32_t tensor_parallel = 1;
+  std::string cuda_graphs = "on";
   bool json = false;
   bool ignore_eos = false;
 };
@@ -71,6 +72,7 @@ int run_generate(const GenerateFlags& f) {
   config.max_sequences = 1;
   config.device = f.device;
   config.tensor_parallel = f.tensor_parallel;
+  config.cuda_graphs = f.cuda_graphs == "on";
   config.threads = f.threads;
   auto smooth = e::parse_smooth_keys(f.smooth_keys);
   if (!smooth.ok()) return fail(smooth.error(), f.json);
@@ -211,6 +213,10 @@ const bool kGenerate = register_command(
        app.add_option("--tensor-parallel", f->tensor_parallel, "GPUs to split the model over (--device cuda)")
            ->capture_default_str()
            ->check(CLI::Range(1, 64));
+       app.add_option("--cuda-graphs", f->cuda_graphs,
+                      "on or off: decode steps replay captured CUDA graphs (--device cuda)")
+           ->capture_default_str()
+           ->check(CLI::IsMember({"on", "off"}));
        app.add_option("--threads", f->threads, "CPU threads (0: all cores)")->capture_default_str();
        app.add_flag("--json", f->json, "print one JSON object instead of streaming text");
        return [f]() { return run_generate(*f); };

@@ -51,6 +51,12 @@ const bool kServe = register_command(
        app.add_option("--tensor-parallel", o->tensor_parallel, "GPUs to split the model over (--device cuda)")
            ->capture_default_str()
            ->check(CLI::Range(1, 64));
+       auto graphs = std::make_shared<std::string>("on");
+       app.add_option("--cuda-graphs", *graphs,
+                      "on or off: decode steps replay captured CUDA graphs (--device cuda); off launches "
+                      "every kernel each step")
+           ->capture_default_str()
+           ->check(CLI::IsMember({"on", "off"}));
        app.add_option("--kv-cache-bytes", o->kv_cache_bytes,
                       "KV-cache memory budget in bytes (0: max-concurrency sequences at the full context)")
            ->capture_default_str();
@@ -78,8 +84,9 @@ const bool kServe = register_command(
                       "TESTING AID, off by default: hold every step that produces tokens this many "
                       "milliseconds (a deliberately slow server, for rollout performance-gate tests)")
            ->capture_default_str();
-       return [o, manifest, drain_seconds, request_timeout, write_timeout, token_delay_ms]() -> int {
+       return [o, manifest, drain_seconds, request_timeout, write_timeout, token_delay_ms, graphs]() -> int {
          if (!manifest->empty()) o->verified_manifest = *manifest;
+         o->cuda_graphs = *graphs == "on";
          auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
          if (*request_timeout <= 0 || *write_timeout <= 0 || *drain_seconds < 0) {
            std::cerr << "infergate-runtime serve: timeouts must be positive\n";

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -144,9 +145,26 @@ struct StepPlan {
   int32_t max_pages = 1;
   int32_t max_q = 0;
   int32_t max_kv = 0;
+  bool graph = false;  // a decode step run as the captured graph of (S, max_kv)
   std::vector<int32_t> ids, pos, page_ids, slots, tok_staging, q_start, kv_len, table, staging;
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first token row, rows) copied into the logits rows
 };
+
+// Where each array of a step's metadata sits in the rank's device buffer (int32 offsets). For a given
+// (S, T, max_pages) the layout is always the same, which is what lets a captured graph be replayed.
+struct MetaOffsets {
+  size_t ids = 0, pos = 0, page = 0, slot = 0, tok_staging = 0, q_start = 0, kv_len = 0, table = 0,
+         staging = 0;
+};
+
+// The KV length a captured decode graph is planned for: the next power of two of at least 64 tokens.
+// The kernels read each sequence's true length from the metadata, so planning for more is exact; one
+// graph then serves every step until the longest sequence crosses the bucket.
+int32_t graph_kv_bucket(int32_t max_kv) {
+  int32_t b = 64;
+  while (b < max_kv && b < (int32_t{1} << 30)) b *= 2;
+  return b;
+}
 
 }  // namespace
 
@@ -186,6 +204,9 @@ class CudaBackend final : public Backend {
     // activations and step metadata (grown on demand)
     DeviceBuffer act, meta, workspace;
     int64_t cap_tokens = 0, cap_rows = 0;
+    // Captured decode steps by (sequences, KV bucket). They hold the buffers' addresses: dropped
+    // whenever act, meta or workspace is reallocated.
+    std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs;
   };
 
   Result<const void*> upload(Rank& r, const void* host, size_t bytes, std::string_view what);
@@ -194,8 +215,19 @@ class CudaBackend final : public Backend {
                                   bool with_bias, std::string_view what);
   Status upload_rank(Rank& r, const CpuBackend& cpu);
   Status ensure_activations(Rank& r, int64_t tokens, int64_t rows);
+  Status ensure_step_buffers(Rank& r, const StepPlan& p);
   Status all_reduce(Rank& r, float* data, int64_t count);
   Status run_rank(Rank& r, const StepPlan& p, ForwardOutput* out);
+  Result<MetaOffsets> upload_metadata(Rank& r, const StepPlan& p);
+  Status run_layers(Rank& r, const StepPlan& p, const MetaOffsets& m);
+  Status enqueue_layers(Rank& r, const StepPlan& p, const MetaOffsets& m);
+  Status copy_logits(Rank& r, const StepPlan& p, ForwardOutput* out);
+  static void drop_graphs(Rank& r);
+  struct Activations {
+    float *x, *h, *q, *k, *v, *attn, *gate, *up, *act, *sel, *logits;
+  };
+  // The rank's activation buffer carved up (capacities cap_tokens rows, cap_rows logits rows).
+  Activations activations(const Rank& r) const;
 
   std::shared_ptr<const model::Model> model_;
   CudaBackendOptions options_;
@@ -210,10 +242,16 @@ class CudaBackend final : public Backend {
   int32_t max_sequences_ = 0;
 };
 
+void CudaBackend::drop_graphs(Rank& r) {
+  for (auto& [key, exec] : r.graphs) (void)cudaGraphExecDestroy(exec);
+  r.graphs.clear();
+}
+
 CudaBackend::~CudaBackend() {
   for (Rank& r : ranks_) {
     (void)cudaSetDevice(r.device);
     if (r.stream) (void)cudaStreamSynchronize(r.stream);
+    drop_graphs(r);
   }
   nccl_.reset();
   for (Rank& r : ranks_) {
@@ -516,6 +554,7 @@ Status CudaBackend::ensure_activations(Rank& r, int64_t tokens, int64_t rows) {
   const int64_t H = shape_.hidden, D = shape_.head_dim;
   const int64_t qd = r.shard.heads.size() * D, kvd = r.shard.kv_heads.size() * D, I = r.shard.mlp.size();
   const int64_t floats = Tc * (2 * H + 2 * qd + 2 * kvd + 3 * I) + Rc * (H + r.shard.vocab.size());
+  drop_graphs(r);
   INFERGATE_ASSIGN_OR_RETURN(r.act,
                              DeviceBuffer::alloc(r.device, static_cast<size_t>(floats) * 4, "activations"));
   r.cap_tokens = Tc;
@@ -528,49 +567,113 @@ Status CudaBackend::all_reduce(Rank& r, float* data, int64_t count) {
   return nccl_->all_reduce_sum(r.shard.rank, data, static_cast<size_t>(count), r.stream);
 }
 
-Status CudaBackend::run_rank(Rank& r, const StepPlan& p, ForwardOutput* out) {
-  CB_CUDA(cudaSetDevice(r.device), "cudaSetDevice");
-  const int64_t T = p.T, S = p.S, H = shape_.hidden, D = shape_.head_dim;
-  const int64_t Hq = r.shard.heads.size(), Hk = r.shard.kv_heads.size(), I = r.shard.mlp.size();
-  const int64_t qd = Hq * D, kvd = Hk * D, V = r.shard.vocab.size();
-  INFERGATE_RETURN_IF_ERROR(ensure_activations(r, T, std::max<int64_t>(p.rows_out, 1)));
-  // ---- metadata: one upload ----
+CudaBackend::Activations CudaBackend::activations(const Rank& r) const {
+  const int64_t H = shape_.hidden, D = shape_.head_dim, Tc = r.cap_tokens;
+  const int64_t qd = r.shard.heads.size() * D, kvd = r.shard.kv_heads.size() * D, I = r.shard.mlp.size();
+  Activations a;
+  a.x = r.act.get<float>();
+  a.h = a.x + Tc * H;
+  a.q = a.h + Tc * H;
+  a.k = a.q + Tc * qd;
+  a.v = a.k + Tc * kvd;
+  a.attn = a.v + Tc * kvd;
+  a.gate = a.attn + Tc * qd;
+  a.up = a.gate + Tc * I;
+  a.act = a.up + Tc * I;
+  a.sel = a.act + Tc * I;
+  a.logits = a.sel + r.cap_rows * H;
+  return a;
+}
+
+Status CudaBackend::ensure_step_buffers(Rank& r, const StepPlan& p) {
+  INFERGATE_RETURN_IF_ERROR(ensure_activations(r, p.T, std::max<int64_t>(p.rows_out, 1)));
+  const size_t meta_bytes = static_cast<size_t>(5 * p.T + 3 * p.S + 1 + int64_t{p.S} * p.max_pages) * 4;
+  if (meta_bytes > r.meta.size()) {
+    drop_graphs(r);
+    INFERGATE_ASSIGN_OR_RETURN(r.meta, DeviceBuffer::alloc(r.device, meta_bytes * 2, "step metadata"));
+  }
+  const size_t ws_need = kc::attention_workspace_bytes(
+      p.S, static_cast<int32_t>(r.shard.heads.size()), static_cast<int32_t>(r.shard.kv_heads.size()),
+      static_cast<int32_t>(shape_.head_dim), p.max_q, p.max_kv);
+  if (ws_need > r.workspace.size()) {
+    drop_graphs(r);
+    INFERGATE_ASSIGN_OR_RETURN(r.workspace, DeviceBuffer::alloc(r.device, ws_need, "attention workspace"));
+  }
+  return ok_status();
+}
+
+Result<MetaOffsets> CudaBackend::upload_metadata(Rank& r, const StepPlan& p) {
   std::vector<int32_t> host;
-  host.reserve(static_cast<size_t>(5 * T + 3 * S + 1 + S * p.max_pages));
+  host.reserve(r.meta.size() / 4);
   auto put = [&](const std::vector<int32_t>& v) {
     const size_t at = host.size();
     host.insert(host.end(), v.begin(), v.end());
     return at;
   };
-  const size_t o_ids = host.size();
+  MetaOffsets m;
+  m.ids = host.size();
   for (int32_t id : p.ids)
     host.push_back(id - static_cast<int32_t>(r.shard.vocab.begin));  // outside: zero rows
-  const size_t o_pos = put(p.pos), o_page = put(p.page_ids), o_slot = put(p.slots),
-               o_tst = put(p.tok_staging);
-  const size_t o_qs = put(p.q_start), o_kvl = put(p.kv_len), o_tab = put(p.table), o_st = put(p.staging);
-  if (host.size() * 4 > r.meta.size()) {
-    INFERGATE_ASSIGN_OR_RETURN(r.meta, DeviceBuffer::alloc(r.device, host.size() * 8, "step metadata"));
-  }
-  int32_t* meta = r.meta.get<int32_t>();
-  CB_CUDA(cudaMemcpyAsync(meta, host.data(), host.size() * 4, cudaMemcpyHostToDevice, r.stream),
+  m.pos = put(p.pos);
+  m.page = put(p.page_ids);
+  m.slot = put(p.slots);
+  m.tok_staging = put(p.tok_staging);
+  m.q_start = put(p.q_start);
+  m.kv_len = put(p.kv_len);
+  m.table = put(p.table);
+  m.staging = put(p.staging);
+  if (host.size() * 4 > r.meta.size()) return internal_error("step metadata outgrew its buffer");
+  CB_CUDA(cudaMemcpyAsync(r.meta.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, r.stream),
           "uploading step metadata");
-  // ---- activations ----
-  float* x = r.act.get<float>();
-  float* h = x + r.cap_tokens * H;
-  float* q = h + r.cap_tokens * H;
-  float* kk = q + r.cap_tokens * qd;
-  float* vv = kk + r.cap_tokens * kvd;
-  float* attn = vv + r.cap_tokens * kvd;
-  float* gate = attn + r.cap_tokens * qd;
-  float* up = gate + r.cap_tokens * I;
-  float* act = up + r.cap_tokens * I;
-  float* sel = act + r.cap_tokens * I;
-  float* logits = sel + r.cap_rows * H;
-  const size_t ws_need = kc::attention_workspace_bytes(
-      p.S, static_cast<int32_t>(Hq), static_cast<int32_t>(Hk), static_cast<int32_t>(D), p.max_q, p.max_kv);
-  if (ws_need > r.workspace.size()) {
-    INFERGATE_ASSIGN_OR_RETURN(r.workspace, DeviceBuffer::alloc(r.device, ws_need, "attention workspace"));
+  return m;
+}
+
+Status CudaBackend::run_rank(Rank& r, const StepPlan& p, ForwardOutput* out) {
+  CB_CUDA(cudaSetDevice(r.device), "cudaSetDevice");
+  INFERGATE_RETURN_IF_ERROR(ensure_step_buffers(r, p));
+  INFERGATE_ASSIGN_OR_RETURN(const MetaOffsets m, upload_metadata(r, p));
+  INFERGATE_RETURN_IF_ERROR(run_layers(r, p, m));
+  INFERGATE_RETURN_IF_ERROR(copy_logits(r, p, out));
+  CB_CUDA(cudaStreamSynchronize(r.stream), "forward step");
+  return ok_status();
+}
+
+// A decode step replays the graph captured for its (sequences, KV bucket), capturing it the first
+// time; every other step launches the kernels itself.
+Status CudaBackend::run_layers(Rank& r, const StepPlan& p, const MetaOffsets& m) {
+  if (!p.graph) return enqueue_layers(r, p, m);
+  const std::pair<int32_t, int32_t> key{p.S, p.max_kv};
+  auto it = r.graphs.find(key);
+  if (it == r.graphs.end()) {
+    CB_CUDA(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    Status enqueued = enqueue_layers(r, p, m);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(r.stream, &graph);
+    if (!enqueued.ok()) {
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return std::move(enqueued).error().context("capturing the decode step");
+    }
+    CB_CUDA(ended, "cudaStreamEndCapture (decode step)");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    CB_CUDA(made, "cudaGraphInstantiate (decode step)");
+    it = r.graphs.emplace(key, exec).first;
   }
+  CB_CUDA(cudaGraphLaunch(it->second, r.stream), "cudaGraphLaunch (decode step)");
+  return ok_status();
+}
+
+// Embedding and every layer, enqueued on the rank's stream (and nothing else: no host work that a
+// replayed graph would skip).
+Status CudaBackend::enqueue_layers(Rank& r, const StepPlan& p, const MetaOffsets& m) {
+  const int64_t T = p.T, S = p.S, H = shape_.hidden, D = shape_.head_dim;
+  const int64_t Hq = r.shard.heads.size(), Hk = r.shard.kv_heads.size(), I = r.shard.mlp.size();
+  const int32_t* meta = r.meta.get<int32_t>();
+  const Activations a = activations(r);
+  float *x = a.x, *h = a.h, *q = a.q, *kk = a.k, *vv = a.v, *attn = a.attn, *gate = a.gate, *up = a.up,
+        *act = a.act;
   const cudaStream_t st = r.stream;
   auto linear = [&](const DevLinear& l, const float* in, float* o) -> Status {
     CB_K(kc::linear(k::contiguous<const float>(in, T, l.cols), l.view, l.packed, l.bias,
@@ -579,17 +682,17 @@ Status CudaBackend::run_rank(Rank& r, const StepPlan& p, ForwardOutput* out) {
     return ok_status();
   };
 
-  CB_K(kc::embedding(r.embed, meta + o_ids, T, k::contiguous(x, T, H), st), "embedding");
+  CB_K(kc::embedding(r.embed, meta + m.ids, T, k::contiguous(x, T, H), st), "embedding");
   INFERGATE_RETURN_IF_ERROR(all_reduce(r, x, T * H));  // each rank wrote its vocabulary's rows
   k::AttentionBatch ab;
   ab.num_seqs = static_cast<int32_t>(S);
   ab.num_q_heads = static_cast<int32_t>(Hq);
   ab.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ab.q_start = meta + o_qs;
-  ab.kv_len = meta + o_kvl;
-  ab.block_table = meta + o_tab;
+  ab.q_start = meta + m.q_start;
+  ab.kv_len = meta + m.kv_len;
+  ab.block_table = meta + m.table;
   ab.max_pages_per_seq = p.max_pages;
-  ab.staging_ids = meta + o_st;
+  ab.staging_ids = meta + m.staging;
   for (size_t li = 0; li < r.layers.size(); ++li) {
     const DevLayer& L = r.layers[li];
     CB_K(kc::rmsnorm(k::contiguous<const float>(x, T, H), L.input_norm, eps_, k::contiguous(h, T, H), st),
@@ -597,15 +700,15 @@ Status CudaBackend::run_rank(Rank& r, const StepPlan& p, ForwardOutput* out) {
     INFERGATE_RETURN_IF_ERROR(linear(L.q, h, q));
     INFERGATE_RETURN_IF_ERROR(linear(L.k, h, kk));
     INFERGATE_RETURN_IF_ERROR(linear(L.v, h, vv));
-    CB_K(kc::rope(rope_, r.inv_freq, meta + o_pos, k::contiguous(q, T, Hq, D), k::contiguous(kk, T, Hk, D),
+    CB_K(kc::rope(rope_, r.inv_freq, meta + m.pos, k::contiguous(q, T, Hq, D), k::contiguous(kk, T, Hk, D),
                   st),
          "rope");
     k::KvAppend app;
     app.k = k::contiguous<const float>(kk, T, Hk, D);
     app.v = k::contiguous<const float>(vv, T, Hk, D);
-    app.page_ids = meta + o_page;
-    app.slots = meta + o_slot;
-    app.staging_ids = meta + o_tst;
+    app.page_ids = meta + m.page;
+    app.slots = meta + m.slot;
+    app.staging_ids = meta + m.tok_staging;
     CB_K(kc::kv_append(r.caches[li], app, st), "kv_append");
     CB_K(kc::attention(r.caches[li], ab, p.max_q, p.max_kv, k::contiguous<const float>(q, T, Hq, D),
                        k::contiguous(attn, T, Hq, D), r.workspace.get(), r.workspace.size(), st),
@@ -639,27 +742,33 @@ Status CudaBackend::run_rank(Rank& r, const StepPlan& p, ForwardOutput* out) {
                  k::contiguous(x, T, H), st),
          "residual");
   }
-  // ---- logits of the wanted rows only: this rank's vocabulary columns ----
-  if (p.rows_out > 0) {
-    int64_t at = 0;
-    for (const auto& [first, n] : p.runs) {
-      CB_CUDA(cudaMemcpyAsync(sel + at * H, x + first * H, static_cast<size_t>(n * H) * 4,
-                              cudaMemcpyDeviceToDevice, st),
-              "gathering rows");
-      at += n;
-    }
-    const int64_t R = p.rows_out;
-    CB_K(kc::rmsnorm(k::contiguous<const float>(sel, R, H), r.final_norm, eps_, k::contiguous(sel, R, H), st),
-         "norm");
-    CB_K(kc::linear(k::contiguous<const float>(sel, R, H), r.lm_head.view, r.lm_head.packed, nullptr,
-                    k::contiguous(logits, R, V), st),
-         "lm_head");
-    CB_CUDA(cudaMemcpy2DAsync(out->logits.data() + r.shard.vocab.begin, static_cast<size_t>(shape_.vocab) * 4,
-                              logits, static_cast<size_t>(V) * 4, static_cast<size_t>(V) * 4,
-                              static_cast<size_t>(R), cudaMemcpyDeviceToHost, st),
-            "copying logits");
+  return ok_status();
+}
+
+// The wanted rows' logits (this rank's vocabulary columns), normed and projected, copied to the host.
+Status CudaBackend::copy_logits(Rank& r, const StepPlan& p, ForwardOutput* out) {
+  if (p.rows_out == 0) return ok_status();
+  const int64_t H = shape_.hidden, V = r.shard.vocab.size();
+  const Activations a = activations(r);
+  float *x = a.x, *sel = a.sel, *logits = a.logits;
+  const cudaStream_t st = r.stream;
+  int64_t at = 0;
+  for (const auto& [first, n] : p.runs) {
+    CB_CUDA(cudaMemcpyAsync(sel + at * H, x + first * H, static_cast<size_t>(n * H) * 4,
+                            cudaMemcpyDeviceToDevice, st),
+            "gathering rows");
+    at += n;
   }
-  CB_CUDA(cudaStreamSynchronize(st), "forward step");
+  const int64_t R = p.rows_out;
+  CB_K(kc::rmsnorm(k::contiguous<const float>(sel, R, H), r.final_norm, eps_, k::contiguous(sel, R, H), st),
+       "norm");
+  CB_K(kc::linear(k::contiguous<const float>(sel, R, H), r.lm_head.view, r.lm_head.packed, nullptr,
+                  k::contiguous(logits, R, V), st),
+       "lm_head");
+  CB_CUDA(cudaMemcpy2DAsync(out->logits.data() + r.shard.vocab.begin, static_cast<size_t>(shape_.vocab) * 4,
+                            logits, static_cast<size_t>(V) * 4, static_cast<size_t>(V) * 4,
+                            static_cast<size_t>(R), cudaMemcpyDeviceToHost, st),
+          "copying logits");
   return ok_status();
 }
 
@@ -686,6 +795,11 @@ Status CudaBackend::forward(std::span<const SequenceInput> batch, ForwardOutput*
     p.max_kv = std::max<int32_t>(p.max_kv, static_cast<int32_t>(end));
   }
   p.T = p.q_start.back();
+  if (options_.cuda_graphs && p.max_q == 1) {  // a decode step: one token per sequence
+    p.graph = true;
+    p.max_kv = graph_kv_bucket(p.max_kv);
+    p.max_pages = std::max<int32_t>(p.max_pages, static_cast<int32_t>(blocks_for_tokens(p.max_kv)));
+  }
   const size_t T = static_cast<size_t>(p.T);
   p.ids.resize(T);
   p.pos.resize(T);

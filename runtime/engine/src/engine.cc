@@ -450,6 +450,7 @@ Result<LoadedEngine> load_engine(const EngineConfig& config) {
     CudaBackendOptions co;
     co.weight_format = config.weight_format;
     co.tensor_parallel = config.tensor_parallel;
+    co.cuda_graphs = config.cuda_graphs;
     co.smooth_keys = smooth_keys_enabled(config.smooth_keys, config.kv_dtype);
     INFERGATE_ASSIGN_OR_RETURN(backend, make_cuda_backend(model, co));
   } else {

@@ -396,6 +396,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o,
   ec.verified_manifest = o.verified_manifest;
   ec.device = o.device;
   ec.tensor_parallel = o.tensor_parallel;
+  ec.cuda_graphs = o.cuda_graphs;
   ec.threads = o.engine_threads;
   auto loaded = engine::load_engine(ec);
   if (!loaded.ok()) {

@@ -15,6 +15,10 @@
 // measured values are printed so a GPU session can see the margins.
 #include <gtest/gtest.h>
 
+#if defined(INFERGATE_CUDA_EMU)
+#include <cuda_runtime.h>  // the emulated runtime: its graph-replay count
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -105,7 +109,8 @@ std::shared_ptr<const m::Model> model_for(WeightFormat wf) {
   return g_models->dense;
 }
 
-std::unique_ptr<Engine> make(WeightFormat wf, KvCacheDtype kv, bool cuda, int32_t max_sequences = 4) {
+std::unique_ptr<Engine> make(WeightFormat wf, KvCacheDtype kv, bool cuda, int32_t max_sequences = 4,
+                             bool cuda_graphs = true) {
   auto model = model_for(wf);
   Result<std::unique_ptr<Backend>> b = unavailable("unset");
   const bool smooth = smooth_keys_enabled(SmoothKeys::kAuto, kv);
@@ -113,6 +118,7 @@ std::unique_ptr<Engine> make(WeightFormat wf, KvCacheDtype kv, bool cuda, int32_
     CudaBackendOptions o;
     o.weight_format = wf;
     o.smooth_keys = smooth;
+    o.cuda_graphs = cuda_graphs;
     b = make_cuda_backend(model, o);
   } else {
     CpuBackendOptions o;
@@ -325,6 +331,42 @@ TEST(CudaBackend, PreemptedSequencesAreRecomputedToTheCpuTokens) {
   ASSERT_TRUE(cpu && gpu);
   const auto want = run_batch(*cpu, 6);
   EXPECT_EQ(run_batch(*gpu, 6), want);
+}
+
+// Decode steps replayed as captured CUDA graphs (the default) against the plain path (--cuda-graphs
+// off): the same logits up to the attention split a KV bucket may choose, and the same greedy tokens,
+// for fp16 and int8 weights. Under the emulator also: the graphs were replayed.
+TEST(CudaBackend, DecodeStepsReplayedAsCudaGraphsMatchThePlainPath) {
+  SKIP_WITHOUT_GPU();
+#if defined(INFERGATE_CUDA_EMU)
+  const uint64_t replays_before = emu::graph_launches();
+#endif
+  for (WeightFormat wf : {WeightFormat::kF16, WeightFormat::kInt8}) {
+    SCOPED_TRACE(std::string(weight_format_name(wf)) + " weights");
+    auto plain = make(wf, KvCacheDtype::kInt8, true, 4, /*cuda_graphs=*/false);
+    auto graphs = make(wf, KvCacheDtype::kInt8, true, 4, /*cuda_graphs=*/true);
+    ASSERT_TRUE(plain && graphs);
+    double max_abs = 0;
+    for (const auto& p : prompts(48)) {  // past a page: the block table's stride grows mid-sequence
+      auto a = plain->score(p, 1);
+      auto b = graphs->score(p, 1);
+      ASSERT_TRUE(a.ok()) << a.error().to_string();
+      ASSERT_TRUE(b.ok()) << b.error().to_string();
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t i = 0; i < a->size(); ++i)
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs((*a)[i] - (*b)[i])));
+    }
+    std::printf("[ measured ] %s weights: max |dlogit| graphs vs plain %.3g\n",
+                std::string(weight_format_name(wf)).c_str(), max_abs);
+    EXPECT_LE(max_abs, 1e-3);
+    if (wf == WeightFormat::kF16) {  // past the 64-token bucket: a second graph is captured
+      const auto p = prompts(8 * kPromptDivisor)[1];
+      EXPECT_EQ(greedy(*graphs, p, 64), greedy(*plain, p, 64));
+    }
+  }
+#if defined(INFERGATE_CUDA_EMU)
+  EXPECT_GT(emu::graph_launches(), replays_before + 40) << "decode steps did not run as graphs";
+#endif
 }
 
 TEST(CudaBackend, RefusesWeightsAndKvThatDoNotFitBeforeServing) {

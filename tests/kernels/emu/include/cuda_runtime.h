@@ -118,6 +118,7 @@ struct Runtime {
   std::map<const void*, std::pair<int, size_t>> allocations;  // pointer -> (device, bytes)
   std::map<const void*, int> smem_limit;                      // kernel -> raised dynamic smem limit
   uint64_t launches = 0;                                       // kernels run (replays included)
+  uint64_t graph_launches = 0;                                 // cudaGraphLaunch calls
 };
 inline Runtime& runtime() {
   static Runtime r;
@@ -142,6 +143,11 @@ inline uint64_t launches_run() {
   Runtime& r = runtime();
   std::lock_guard<std::mutex> lock(r.mu);
   return r.launches;
+}
+inline uint64_t graph_launches() {
+  Runtime& r = runtime();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.graph_launches;
 }
 inline cudaError_t fail(cudaError_t e) {
   g_last_error = e;
@@ -335,6 +341,11 @@ inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
 }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
   if (s != nullptr && s->capturing) return emu::fail(cudaErrorStreamCaptureUnsupported);
+  {
+    emu::Runtime& r = emu::runtime();
+    std::lock_guard<std::mutex> lock(r.mu);
+    ++r.graph_launches;
+  }
   for (const emu::Launch& l : e->launches) l.run();
   return cudaSuccess;
 }

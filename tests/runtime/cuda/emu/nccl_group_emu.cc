@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
 #include "nccl_group.h"
 
 namespace infergate::runtime::engine::cuda_detail {
@@ -47,9 +51,16 @@ NcclGroup::~NcclGroup() {
   if (!comms_.empty()) delete static_cast<InProcessGroup*>(comms_[0]);
 }
 
-Status NcclGroup::all_reduce_sum(int rank, float* data, size_t count, CUstream_st* /*stream*/) {
+Status NcclGroup::all_reduce_sum(int rank, float* data, size_t count, CUstream_st* stream) {
   if (rank < 0 || rank >= size()) return invalid_argument("all_reduce_sum: rank " + std::to_string(rank));
   auto& g = *static_cast<InProcessGroup*>(comms_[static_cast<size_t>(rank)]);
+  if (stream != nullptr && stream->capturing) {  // a graph node, as NCCL's collectives are under capture
+    stream->captured.push_back({[this, rank, data, count] {
+      const Status s = all_reduce_sum(rank, data, count, nullptr);
+      if (!s.ok()) std::fprintf(stderr, "emulated all-reduce in a graph: %s\n", s.error().to_string().c_str());
+    }});
+    return ok_status();
+  }
   std::unique_lock<std::mutex> lock(g.mu);
   const uint64_t my_round = g.round;
   if (g.arrived == 0) {

@@ -6,6 +6,7 @@
 //   - The paged KV pool is plain cudaMalloc memory in the chosen dtype, one pool per layer, sized by
 //     the same arithmetic as the CPU path (block_manager.h).
 //   - Only the wanted rows' logits are copied back to the host.
+//   - Decode steps run as captured CUDA graphs (CudaBackendOptions::cuda_graphs).
 //   - Tensor parallelism (`tensor_parallel` T > 1): ranks 0..T-1 on GPUs first_device..+T-1, one
 //     host thread each per step, heads and MLP columns split as tensor_parallel.h says, partial sums
 //     all-reduced with NCCL (loaded with dlopen at run time: libnccl.so.2 must be on the library
@@ -29,6 +30,10 @@ struct CudaBackendOptions {
   int32_t first_device = 0;
   bool smooth_keys = false;  // as CpuBackendOptions::smooth_keys (same folding, same logits)
   bool int4_mma = true;      // also hold the tensor-core layout of eligible int4 layers
+  // Decode steps (one token per sequence) replay a CUDA graph captured once per (batch size, KV-length
+  // bucket: the next power of two of at least 64 tokens), one launch instead of ~10 per layer; a graph
+  // is dropped when the buffers it captured are reallocated. false: every step launches its kernels.
+  bool cuda_graphs = true;
   // Device bytes kept free beyond weights and KV for activations, the attention workspace and the
   // CUDA context's growth (the planner's reserves cover the same ground).
   int64_t headroom_bytes = int64_t{256} << 20;

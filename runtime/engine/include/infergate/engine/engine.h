@@ -215,6 +215,8 @@ struct EngineConfig {
   // GPUs the model is split over (CUDA only; 1 on the CPU, where anything else is refused with
   // reason "InvalidTensorParallel").
   int32_t tensor_parallel = 1;
+  // CUDA only: decode steps replay captured CUDA graphs (CudaBackendOptions::cuda_graphs).
+  bool cuda_graphs = true;
   int threads = 0;
 };
 

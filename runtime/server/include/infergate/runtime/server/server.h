@@ -46,6 +46,7 @@ struct ServeOptions {
   int engine_threads = 0;       // 0: the engine's default
   std::string device = "cpu";   // cpu, cuda or auto (engine/device.h)
   int32_t tensor_parallel = 1;  // GPUs the model is split over (cuda only)
+  bool cuda_graphs = true;      // cuda only: decode steps replay captured CUDA graphs
   // TESTING AID: see SchedulerOptions::debug_token_delay (serve --debug-token-delay-ms). 0 = off.
   std::chrono::milliseconds debug_token_delay{0};
 };
