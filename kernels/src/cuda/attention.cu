@@ -13,8 +13,8 @@ namespace infergate::kernels::cuda {
 namespace {
 
 using prefill::kRows;
-using prefill::kWarps;
 using prefill::kSimpleMaxDimPerLane;
+using prefill::kWarps;
 
 template <KvDtype DT, int D>
 Status launch_mma(const KvCache& cache, const AttentionBatch& b, View3<const float> q, View3<float> out,
@@ -220,8 +220,8 @@ Status attention(const KvCache& cache, const AttentionBatch& b, int32_t max_q_le
   }
   if (d > 32 * kSimpleMaxDimPerLane) return unsupported("attention: head_dim above 1024");
   const int64_t rows = q.dim0 * b.num_q_heads;
-  return launch_kernel(prefill::attention_simple_kernel<>, dim3(grid_for(rows, 8)), dim3(256), 0, stream, false,
-                       "attention (simple)", cache, b, q, out, q.dim0);
+  return launch_kernel(prefill::attention_simple_kernel<>, dim3(grid_for(rows, 8)), dim3(256), 0, stream,
+                       false, "attention (simple)", cache, b, q, out, q.dim0);
 }
 
 }  // namespace infergate::kernels::cuda

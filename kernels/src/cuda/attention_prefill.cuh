@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       cm = fmaxf(cm, prim::shfl_xor(cm, 8));
       cm = fmaxf(cm, prim::shfl_xor(cm, 16));
       const float m_new = fmaxf(mx[i], cm);
-      const bool live = m_new != -INFINITY;            // anything visible to this row yet (uniform per row)
+      const bool live = m_new != -INFINITY;  // anything visible to this row yet (uniform per row)
       alpha[i] = live ? prim::fast_exp(mx[i] - m_new) : 1.0f;  // 0 when the old max was -inf
       p[i] = live ? prim::fast_exp(v0 - m_new) : 0.0f;
       p[2 + i] = live ? prim::fast_exp(v1 - m_new) : 0.0f;

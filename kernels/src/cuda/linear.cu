@@ -24,17 +24,18 @@ Status launch_gemv_format(View2<const float> x, const WeightView& w, const float
   const bool pdl = tuning().pdl;
   switch (mb) {
     case 1:
-      return launch_kernel(lin::gemv_kernel<F, 1>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
-                           y);
+      return launch_kernel(lin::gemv_kernel<F, 1>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w,
+                           bias, y);
     case 2:
-      return launch_kernel(lin::gemv_kernel<F, 2>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
-                           y);
+      return launch_kernel(lin::gemv_kernel<F, 2>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w,
+                           bias, y);
     case 4:
-      return launch_kernel(lin::gemv_kernel<F, 4>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
-                           y);
+      return launch_kernel(lin::gemv_kernel<F, 4>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w,
+                           bias, y);
     default: break;
   }
-  return launch_kernel(lin::gemv_kernel<F, 8>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias, y);
+  return launch_kernel(lin::gemv_kernel<F, 8>, blocks, threads, 0, stream, pdl, "linear (gemv)", x, w, bias,
+                       y);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -70,8 +71,8 @@ Status launch_mma(View2<const float> x, const WeightView& w, const void* packed,
     if (e != cudaSuccess) return cuda_error(e, "linear (int4 mma): raising the shared-memory limit");
   }
   const unsigned blocks = static_cast<unsigned>(w.layout.rows / 16 / RT);
-  return launch_kernel(kernel, dim3(blocks), dim3(kMmaWarps * 32), smem, stream, false, "linear (int4 mma)", x,
-                       w, static_cast<const uint4*>(packed), bias, y);
+  return launch_kernel(kernel, dim3(blocks), dim3(kMmaWarps * 32), smem, stream, false, "linear (int4 mma)",
+                       x, w, static_cast<const uint4*>(packed), bias, y);
 }
 
 // The streaming int4 GEMV (gemv_stream.cuh) with its row tiles per block chosen so that the grid is

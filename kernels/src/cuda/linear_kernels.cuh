@@ -33,8 +33,8 @@ INFERGATE_DEV float u4_minus(uint32_t w, int p, float bias) {
 // unscaled; int4's group scale is applied by the caller per chunk (a chunk never spans groups).
 // Rows m >= mvalid of x read row mvalid - 1 instead (their sums are never stored).
 template <WeightFormat F, int MB>
-INFERGATE_DEV void chunk_dot(uint4 wv, const float* __restrict__ x, int64_t x_stride, int mvalid,
-                                          int64_t k0, float zbias, float (&acc)[MB]) {
+INFERGATE_DEV void chunk_dot(uint4 wv, const float* __restrict__ x, int64_t x_stride, int mvalid, int64_t k0,
+                             float zbias, float (&acc)[MB]) {
   const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
   if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
 #pragma unroll
@@ -63,11 +63,11 @@ INFERGATE_DEV void chunk_dot(uint4 wv, const float* __restrict__ x, int64_t x_st
       const uint32_t u = words[i] ^ 0x80808080u;  // signed -> unsigned + 128
       float wf[4];
 #pragma unroll
-      for (int b = 0; b < 4; ++b)
-        wf[b] = prim::u2f(prim::byte_perm(u, 0x4B000000u, 0x7440 + b)) - 8388736.0f;
+      for (int b = 0; b < 4; ++b) wf[b] = prim::u2f(prim::byte_perm(u, 0x4B000000u, 0x7440 + b)) - 8388736.0f;
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + (m < mvalid ? m : mvalid - 1) * x_stride + k0 + 4 * i);
+        const float4 xv =
+            *reinterpret_cast<const float4*>(x + (m < mvalid ? m : mvalid - 1) * x_stride + k0 + 4 * i);
         acc[m] = fmaf(wf[0], xv.x, acc[m]);
         acc[m] = fmaf(wf[1], xv.y, acc[m]);
         acc[m] = fmaf(wf[2], xv.z, acc[m]);
@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   auto load = [&](int64_t qq, uint4(&dst)[kGemvRowsPerWarp], uint32_t(&sdst)[kGemvRowsPerWarp]) {
 #pragma unroll
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      const int64_t n = prim::min64(row0 + r, l.rows - 1);  // rows past the end repeat the last (never written)
+      const int64_t n =
+          prim::min64(row0 + r, l.rows - 1);  // rows past the end repeat the last (never written)
       dst[r] = prim::ldg16(reinterpret_cast<const uint4*>(wbytes + n * row_bytes) + qq);
       if constexpr (is_int4(F)) {
         const int64_t g = qq * E / l.group_size;
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   uint8_t* smem_raw = prim::dynamic_smem();
   const WeightLayout& l = w.layout;
   const int mrows = static_cast<int>(x.rows < 8 ? x.rows : 8);
-  const int64_t k_in = l.cols, xs_stride = k_in + 8;  // halves; +8 staggers the rows across banks
+  const int64_t k_in = l.cols, xs_stride = k_in + 8;     // halves; +8 staggers the rows across banks
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // fp16 [mrows][xs_stride]
   float* xscale = reinterpret_cast<float*>(smem_raw + mrows * xs_stride * sizeof(uint16_t));  // [8]
   float* red = xscale + 8;  // [warps][32][RT][4]

@@ -530,10 +530,11 @@ TEST_F(CudaOps, LinearMatchesTheReferenceOnEveryPath) {
 TEST_F(CudaOps, PackedInt4LinearMatchesTheReferenceInEveryKernelVariant) {
   Rng rng(712);
   SCOPED_TRACE(rng.trace());
-  const WeightLayout layouts[] = {{WeightFormat::kInt4Sym, full_or_emulated(8192, 1024), 512, 64, ScaleDtype::kF16},
-                                  {WeightFormat::kInt4Asym, 48, 192, 128, ScaleDtype::kBF16},
-                                  {WeightFormat::kInt4Asym, 32, 64, 32, ScaleDtype::kF16},
-                                  {WeightFormat::kInt4Sym, 256, 2048, 128, ScaleDtype::kF16}};
+  const WeightLayout layouts[] = {
+      {WeightFormat::kInt4Sym, full_or_emulated(8192, 1024), 512, 64, ScaleDtype::kF16},
+      {WeightFormat::kInt4Asym, 48, 192, 128, ScaleDtype::kBF16},
+      {WeightFormat::kInt4Asym, 32, 64, 32, ScaleDtype::kF16},
+      {WeightFormat::kInt4Sym, 256, 2048, 128, ScaleDtype::kF16}};
   const cuda::Tuning saved = cuda::tuning();
   for (const WeightLayout& l : layouts) {
     const HostWeight h = make_weight(rng, l);

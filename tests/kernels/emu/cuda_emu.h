@@ -155,9 +155,9 @@ inline void switch_context(Context& from, Context& to) { infergate_emu_switch(&f
 inline void make_context(Context& c, uint8_t* stack, size_t size, void (*entry)()) {
   auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t{15};
   auto* sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                               // entry's return address: never used
-  *--sp = reinterpret_cast<void*>(entry);        // where the first switch "returns" to
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;   // rbp rbx r12 r13 r14 r15
+  *--sp = nullptr;                              // entry's return address: never used
+  *--sp = reinterpret_cast<void*>(entry);       // where the first switch "returns" to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12 r13 r14 r15
   c.sp = sp;
 }
 #else

@@ -304,7 +304,8 @@ std::vector<std::vector<int32_t>> run_batch(Engine& e, int preempt_step = -1) {
     if (!r.ok()) break;
   }
   if (preempt_step >= 0) {
-    EXPECT_GT(e.sequence(ids[0])->preemptions + e.sequence(ids[2])->preemptions, 0) << "nothing was preempted";
+    EXPECT_GT(e.sequence(ids[0])->preemptions + e.sequence(ids[2])->preemptions, 0)
+        << "nothing was preempted";
   }
   std::vector<std::vector<int32_t>> out;
   for (SeqId id : ids) {

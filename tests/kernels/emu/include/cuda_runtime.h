@@ -117,8 +117,8 @@ struct Runtime {
   std::vector<size_t> used = std::vector<size_t>(4, 0);
   std::map<const void*, std::pair<int, size_t>> allocations;  // pointer -> (device, bytes)
   std::map<const void*, int> smem_limit;                      // kernel -> raised dynamic smem limit
-  uint64_t launches = 0;                                       // kernels run (replays included)
-  uint64_t graph_launches = 0;                                 // cudaGraphLaunch calls
+  uint64_t launches = 0;                                      // kernels run (replays included)
+  uint64_t graph_launches = 0;                                // cudaGraphLaunch calls
 };
 inline Runtime& runtime() {
   static Runtime r;
@@ -237,7 +237,7 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = nullptr;
     return emu::fail(cudaErrorMemoryAllocation);
   }
-  *p = ::operator new(rounded, std::align_val_t{256});
+  *p = ::operator new (rounded, std::align_val_t{256});
   std::memset(*p, 0xCD, rounded);  // device memory starts as garbage, not zeros
   r.used[d] += rounded;
   r.allocations[*p] = {static_cast<int>(d), rounded};
@@ -255,7 +255,7 @@ inline cudaError_t cudaFree(void* p) {
   if (it == r.allocations.end()) return emu::fail(cudaErrorInvalidValue);
   r.used[static_cast<size_t>(it->second.first)] -= it->second.second;
   r.allocations.erase(it);
-  ::operator delete(p, std::align_val_t{256});
+  ::operator delete (p, std::align_val_t{256});
   return cudaSuccess;
 }
 template <class T>
@@ -287,7 +287,8 @@ inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, 
   if (width > dpitch || width > spitch) return emu::fail(cudaErrorInvalidValue);
   if (width * height > 0 && (dst == nullptr || src == nullptr)) return emu::fail(cudaErrorInvalidValue);
   for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<uint8_t*>(dst) + r * dpitch, static_cast<const uint8_t*>(src) + r * spitch, width);
+    std::memmove(static_cast<uint8_t*>(dst) + r * dpitch, static_cast<const uint8_t*>(src) + r * spitch,
+                 width);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
@@ -362,7 +363,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute, int value) {
   return cudaSuccess;
 }
 inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int threads,
-                                                                size_t smem) {
+                                                                 size_t smem) {
   // An sm_90 SM: 2048 threads, 32 blocks, 228 KB of shared memory (1 KB reserved per block).
   int b = threads > 0 ? 2048 / threads : 0;
   if (b > 32) b = 32;

@@ -57,7 +57,8 @@ Status NcclGroup::all_reduce_sum(int rank, float* data, size_t count, CUstream_s
   if (stream != nullptr && stream->capturing) {  // a graph node, as NCCL's collectives are under capture
     stream->captured.push_back({[this, rank, data, count] {
       const Status s = all_reduce_sum(rank, data, count, nullptr);
-      if (!s.ok()) std::fprintf(stderr, "emulated all-reduce in a graph: %s\n", s.error().to_string().c_str());
+      if (!s.ok())
+        std::fprintf(stderr, "emulated all-reduce in a graph: %s\n", s.error().to_string().c_str());
     }});
     return ok_status();
   }
@@ -91,7 +92,7 @@ Status NcclGroup::all_reduce_sum(int rank, float* data, size_t count, CUstream_s
       if (g.buffers[static_cast<size_t>(r)] == nullptr) missing += " " + std::to_string(r);
     }
     return unavailable("all_reduce_sum: rank " + std::to_string(rank) + " waited " +
-                             std::to_string(kTimeout.count()) + " s for ranks that never arrived:" + missing);
+                       std::to_string(kTimeout.count()) + " s for ranks that never arrived:" + missing);
   }
   if (!g.round_error.empty()) return internal_error(g.round_error);
   return ok_status();
