@@ -168,6 +168,31 @@ INFERGATE_DEV void load16(const uint8_t* row, int e0, uint32_t int4_dm, uint32_t
   }
 }
 
+// One query row's online-softmax step over a 16-token chunk, as the mma kernels lay it out: this lane
+// holds the row's scores of tokens g and g + 8 (v0, v1; -inf where masked), and the 8 lanes with the
+// same c share the row. Gives the rescale of the old state (alpha), this lane's two probabilities, and
+// updates the running max and sum. Every lane must call it (warp shuffles: no early exit before).
+INFERGATE_DEV void softmax_row_step(float v0, float v1, float& mx, float& sum, float& alpha, float& p0,
+                                    float& p1) {
+  float cm = fmaxf(v0, v1);
+  cm = fmaxf(cm, prim::shfl_xor(cm, 4));
+  cm = fmaxf(cm, prim::shfl_xor(cm, 8));
+  cm = fmaxf(cm, prim::shfl_xor(cm, 16));
+  const float m_new = fmaxf(mx, cm);
+  const bool live = m_new != -INFINITY;              // anything visible to this row yet (uniform per row)
+  alpha = live ? prim::fast_exp(mx - m_new) : 1.0f;  // 0 when the old max was -inf
+  p0 = live ? prim::fast_exp(v0 - m_new) : 0.0f;
+  p1 = live ? prim::fast_exp(v1 - m_new) : 0.0f;
+  float row_sum = p0 + p1;
+  row_sum += prim::shfl_xor(row_sum, 4);
+  row_sum += prim::shfl_xor(row_sum, 8);
+  row_sum += prim::shfl_xor(row_sum, 16);
+  if (live) {
+    sum = sum * alpha + row_sum;
+    mx = m_new;
+  }
+}
+
 template <KvDtype DT, int D>
 __global__ void __launch_bounds__(kWarps * 32, 4)
     attention_decode_kernel(KvCache cache, AttentionBatch b, View3<const float> q, View3<float> out,
@@ -379,23 +404,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
       const bool v0ok = row_live[i2] && pos0 + g < kv_len, v1ok = row_live[i2] && pos0 + g + 8 < kv_len;
       const float v0 = v0ok ? (s[i2] - row_offset[i2]) * (kscale[0] * row_factor[i2]) : -INFINITY;
       const float v1 = v1ok ? (s[2 + i2] - row_offset[i2]) * (kscale[1] * row_factor[i2]) : -INFINITY;
-      float cm = fmaxf(v0, v1);
-      cm = fmaxf(cm, prim::shfl_xor(cm, 4));
-      cm = fmaxf(cm, prim::shfl_xor(cm, 8));
-      cm = fmaxf(cm, prim::shfl_xor(cm, 16));
-      const float m_new = fmaxf(mx[i2], cm);
-      const bool live = m_new != -INFINITY;  // anything visible to this row yet (uniform per row)
-      alpha[i2] = live ? prim::fast_exp(mx[i2] - m_new) : 1.0f;  // 0 when the old max was -inf
-      p[i2] = live ? prim::fast_exp(v0 - m_new) : 0.0f;
-      p[2 + i2] = live ? prim::fast_exp(v1 - m_new) : 0.0f;
-      float row_sum = p[i2] + p[2 + i2];  // every lane shuffles: no early exit before these
-      row_sum += prim::shfl_xor(row_sum, 4);
-      row_sum += prim::shfl_xor(row_sum, 8);
-      row_sum += prim::shfl_xor(row_sum, 16);
-      if (live) {
-        sum[i2] = sum[i2] * alpha[i2] + row_sum;
-        mx[i2] = m_new;
-      }
+      softmax_row_step(v0, v1, mx[i2], sum[i2], alpha[i2], p[i2], p[2 + i2]);
     }
     if constexpr (kScaledV) {
       float vs0, vs1;  // V scales of tokens g and g + 8

@@ -317,23 +317,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t pos0 = chunk + g, pos1 = chunk + g + 8;
       if (pos0 >= range_hi || pos0 >= limit[i]) v0 = -INFINITY;
       if (pos1 >= range_hi || pos1 >= limit[i]) v1 = -INFINITY;
-      float cm = fmaxf(v0, v1);
-      cm = fmaxf(cm, prim::shfl_xor(cm, 4));
-      cm = fmaxf(cm, prim::shfl_xor(cm, 8));
-      cm = fmaxf(cm, prim::shfl_xor(cm, 16));
-      const float m_new = fmaxf(mx[i], cm);
-      const bool live = m_new != -INFINITY;  // anything visible to this row yet (uniform per row)
-      alpha[i] = live ? prim::fast_exp(mx[i] - m_new) : 1.0f;  // 0 when the old max was -inf
-      p[i] = live ? prim::fast_exp(v0 - m_new) : 0.0f;
-      p[2 + i] = live ? prim::fast_exp(v1 - m_new) : 0.0f;
-      float ps_row = p[i] + p[2 + i];  // every lane shuffles: no early exit before these
-      ps_row += prim::shfl_xor(ps_row, 4);
-      ps_row += prim::shfl_xor(ps_row, 8);
-      ps_row += prim::shfl_xor(ps_row, 16);
-      if (live) {
-        sum[i] = sum[i] * alpha[i] + ps_row;
-        mx[i] = m_new;
-      }
+      decode::softmax_row_step(v0, v1, mx[i], sum[i], alpha[i], p[i], p[2 + i]);
     }
     // P to shared memory as [row][token] (fp16 or bf16), then the B fragments of P^T.
     {

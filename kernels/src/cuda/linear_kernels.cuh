@@ -15,6 +15,7 @@
 #include "infergate/kernels/ops.h"
 #include "infergate/kernels/tensor.h"
 #include "prims.cuh"
+#include "weight_element.cuh"
 
 namespace infergate::kernels::cuda::lin {
 
@@ -289,6 +290,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   int64_t cur_group = -1;
   uint32_t zg[RT] = {}, zg8[RT] = {};  // half2 (1024 + zero) for rows g and g + 8
   float dg[RT] = {}, dg8[RT] = {};
+  // A finished group's sums, scaled by its scales (rows g: d0, d1; rows g + 8: d2, d3), into acc.
+  auto close_group = [&](int t) {
+    acc[t][0] = fmaf(dg[t], part[t][0], acc[t][0]);
+    acc[t][1] = fmaf(dg[t], part[t][1], acc[t][1]);
+    acc[t][2] = fmaf(dg8[t], part[t][2], acc[t][2]);
+    acc[t][3] = fmaf(dg8[t], part[t][3], acc[t][3]);
+  };
   // Each warp's k blocks; the next block's words are loaded while this one is computed.
   uint4 next[RT];
   if (warp < k_blocks) {
@@ -312,12 +320,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         // Close the previous group: scale its sums (rows g: d0, d1; rows g + 8: d2, d3).
 #pragma unroll
         for (int t = 0; t < RT; ++t) {
-          if (cur_group >= 0) {
-            acc[t][0] = fmaf(dg[t], part[t][0], acc[t][0]);
-            acc[t][1] = fmaf(dg[t], part[t][1], acc[t][1]);
-            acc[t][2] = fmaf(dg8[t], part[t][2], acc[t][2]);
-            acc[t][3] = fmaf(dg8[t], part[t][3], acc[t][3]);
-          }
+          if (cur_group >= 0) close_group(t);
           part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
           const int64_t n = (rt0 + t) * 16 + g;
           dg[t] = scale_to_float(scales[n * groups + grp], l.scale_dtype);
@@ -347,14 +350,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       }
     }
   }
+  if (cur_group >= 0) {
 #pragma unroll
-  for (int t = 0; t < RT; ++t) {
-    if (cur_group >= 0) {
-      acc[t][0] = fmaf(dg[t], part[t][0], acc[t][0]);
-      acc[t][1] = fmaf(dg[t], part[t][1], acc[t][1]);
-      acc[t][2] = fmaf(dg8[t], part[t][2], acc[t][2]);
-      acc[t][3] = fmaf(dg8[t], part[t][3], acc[t][3]);
-    }
+    for (int t = 0; t < RT; ++t) close_group(t);
   }
   // Deterministic cross-warp sum: every warp stores, warp 0 adds in warp order.
 #pragma unroll
@@ -386,26 +384,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 
 constexpr int kTile = 64, kTileK = 32, kTileLd = kTileK + 4;
 
-INFERGATE_DEV float weight_at(const WeightView& w, int64_t n, int64_t k) {
-  const WeightLayout& l = w.layout;
-  const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * weight_row_bytes(l);
-  const auto* scales = static_cast<const uint16_t*>(w.scales);
-  switch (l.format) {
-    case WeightFormat::kF16: return fp16_to_float(reinterpret_cast<const uint16_t*>(row)[k]);
-    case WeightFormat::kBF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(row)[k]);
-    case WeightFormat::kInt8:
-      return dequantize_int8(reinterpret_cast<const int8_t*>(row)[k],
-                             scale_to_float(scales[n], l.scale_dtype));
-    case WeightFormat::kInt4Sym:
-    case WeightFormat::kInt4Asym: {
-      const int64_t groups = weight_groups_per_row(l), g = k / l.group_size;
-      const uint32_t z = l.format == WeightFormat::kInt4Asym ? w.zeros[n * groups + g] : 8u;
-      return dequantize_int4(int4_get(row, k), z, scale_to_float(scales[n * groups + g], l.scale_dtype));
-    }
-  }
-  return 0.0f;
-}
-
 // Block: 4 warps, a 64 (x rows) x 64 (outputs) tile; each warp a 32 x 32 quarter as 2 x 4 mma tiles of
 // 16 x 8 (m16n8k8, tf32 inputs rounded once when staged, fp32 accumulators). x and the dequantized W
 // tile sit in shared memory as [row][k] with a row stride of 36 floats, so a warp's fragment loads
@@ -431,7 +409,7 @@ __global__ void __launch_bounds__(128)
       const int64_t m = m0 + r, n = n0 + r, k = k0 + kk;
       xs[r * kTileLd + kk] = prim::u2f(prim::to_tf32((m < x.rows && k < k_in) ? x.at(m, k) : 0.0f));
       ws[r * kTileLd + kk] =
-          prim::u2f(prim::to_tf32((n < w.layout.rows && k < k_in) ? weight_at(w, n, k) : 0.0f));
+          prim::u2f(prim::to_tf32((n < w.layout.rows && k < k_in) ? weight_element(w, n, k) : 0.0f));
     }
     prim::sync_block();
 #pragma unroll
