@@ -135,6 +135,7 @@ struct HostWeight {
   WeightLayout layout;
   std::vector<uint8_t> data, zeros;
   std::vector<uint16_t> scales;
+  std::vector<float> source;  // the values that were quantized
   WeightView view() const {
     return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
             zeros.empty() ? nullptr : zeros.data()};
@@ -147,11 +148,11 @@ inline HostWeight make_host_weight(Rng& rng, const WeightLayout& l) {
   w.data.resize(static_cast<size_t>(b.data));
   w.scales.resize(static_cast<size_t>(b.scales / 2));
   w.zeros.resize(static_cast<size_t>(b.zeros));
-  std::vector<float> src = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
+  w.source = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
   if (l.format == WeightFormat::kInt4Asym) {
-    for (auto& x : src) x += 0.02f;
+    for (auto& x : w.source) x += 0.02f;
   }
-  EXPECT_TRUE(quantize_weight_ref({src.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
+  EXPECT_TRUE(quantize_weight_ref({w.source.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
                                   {w.data.data(), w.scales.empty() ? nullptr : w.scales.data(),
                                    w.zeros.empty() ? nullptr : w.zeros.data()})
                   .ok());

@@ -168,6 +168,33 @@ INFERGATE_DEV void load16(const uint8_t* row, int e0, uint32_t int4_dm, uint32_t
   }
 }
 
+// This lane's part of query row r of a block's (sequence, KV head): token q0 + r / group, head
+// h * group + r % group (zeros past rows_total), dims [64 blk + 16c, +16) of each 64-dim block; returns
+// the row's power-of-two scale that keeps q * scale within fp16 (1 for bf16 KV). The 4 lanes of a row
+// (4g .. 4g + 3) share the scale.
+template <KvDtype DT, int kBlocks>
+INFERGATE_DEV float load_q_row(View3<const float> q, int64_t q0, int64_t h, int64_t group, int64_t r,
+                               int64_t rows_total, int c, float (&qv)[kBlocks][16]) {
+  const bool valid = r < rows_total;
+  const float* qrow = valid ? q.at(q0 + r / group, h * group + r % group) : nullptr;
+  float amax = 0.0f;
+#pragma unroll
+  for (int blk = 0; blk < kBlocks; ++blk) {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      qv[blk][e] = valid ? qrow[64 * blk + 16 * c + e] : 0.0f;
+      amax = fmaxf(amax, fabsf(qv[blk][e]));
+    }
+  }
+  amax = fmaxf(amax, prim::shfl_xor(amax, 1));
+  amax = fmaxf(amax, prim::shfl_xor(amax, 2));
+  if constexpr (kBf16Mma<DT>) {
+    return 1.0f;
+  } else {
+    return prim::fp16_safe_scale(amax);
+  }
+}
+
 // One query row's online-softmax step over a 16-token chunk, as the mma kernels lay it out: this lane
 // holds the row's scores of tokens g and g + 8 (v0, v1; -inf where masked), and the 8 lanes with the
 // same c share the row. Gives the rescale of the old state (alpha), this lane's two probabilities, and
@@ -300,22 +327,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   float qscale = 1.0f;
   float qsum = 0.0f;  // int8: this lane's query row's sum (lanes 4g .. 4g+3 hold row g's)
   {
-    const int64_t r = row_base + g;
-    const bool valid = r < rows_total;
-    const float* qrow = valid ? q.at(q0 + r / group, h * group + r % group) : nullptr;
-    float amax = 0.0f;
     float qv[kBlocks][16];
-#pragma unroll
-    for (int blk = 0; blk < kBlocks; ++blk) {
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        qv[blk][e] = valid ? qrow[64 * blk + 16 * c + e] : 0.0f;
-        amax = fmaxf(amax, fabsf(qv[blk][e]));
-      }
-    }
-    amax = fmaxf(amax, prim::shfl_xor(amax, 1));
-    amax = fmaxf(amax, prim::shfl_xor(amax, 2));
-    if constexpr (!kBf16Mma<DT>) qscale = prim::fp16_safe_scale(amax);
+    qscale = load_q_row<DT, kBlocks>(q, q0, h, group, row_base + g, rows_total, c, qv);
 #pragma unroll
     for (int blk = 0; blk < kBlocks; ++blk) {
 #pragma unroll

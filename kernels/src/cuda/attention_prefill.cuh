@@ -185,24 +185,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t qf[kBlocks][8];
   float qscale = 1.0f;
   {
-    const int64_t r = row_base + g;
-    const bool valid = r < rows_total;
-    const float* qrow = valid ? q.at(q0 + r / group, h * group + r % group) : nullptr;
-    float amax = 0.0f;
     float qv[kBlocks][16];
-#pragma unroll
-    for (int blk = 0; blk < kBlocks; ++blk) {
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        qv[blk][e] = valid ? qrow[64 * blk + 16 * c + e] : 0.0f;
-        amax = fmaxf(amax, fabsf(qv[blk][e]));
-      }
-    }
-    amax = fmaxf(amax, prim::shfl_xor(amax, 1));
-    amax = fmaxf(amax, prim::shfl_xor(amax, 2));
-    if constexpr (!kBf16Mma<DT>) {
-      qscale = prim::fp16_safe_scale(amax);
-    }
+    qscale = decode::load_q_row<DT, kBlocks>(q, q0, h, group, row_base + g, rows_total, c, qv);
 #pragma unroll
     for (int blk = 0; blk < kBlocks; ++blk) {
 #pragma unroll

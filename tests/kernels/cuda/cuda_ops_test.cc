@@ -87,34 +87,8 @@ void ok(const Status& s) { ASSERT_TRUE(s.ok()) << s.to_string(); }
 
 // ---- weights ----
 
-struct HostWeight {
-  WeightLayout layout;
-  std::vector<uint8_t> data, zeros;
-  std::vector<uint16_t> scales;
-  std::vector<float> source;
-  WeightView view() const {
-    return {layout, data.data(), scales.empty() ? nullptr : scales.data(),
-            zeros.empty() ? nullptr : zeros.data()};
-  }
-};
-
-HostWeight make_weight(Rng& rng, const WeightLayout& l) {
-  HostWeight w;
-  w.layout = l;
-  const WeightBytes b = weight_bytes(l);
-  w.data.resize(static_cast<size_t>(b.data));
-  w.scales.resize(static_cast<size_t>(b.scales / 2));
-  w.zeros.resize(static_cast<size_t>(b.zeros));
-  w.source = rng.normals(static_cast<size_t>(l.rows * l.cols), 0.05f);
-  if (l.format == WeightFormat::kInt4Asym) {
-    for (auto& x : w.source) x += 0.02f;
-  }
-  EXPECT_TRUE(
-      quantize_weight_ref({w.source.data(), SourceDtype::kF32, l.rows, l.cols, l.cols}, l,
-                          {w.data.data(), w.scales.data(), w.zeros.empty() ? nullptr : w.zeros.data()})
-          .ok());
-  return w;
-}
+using testing::HostWeight;
+constexpr auto make_weight = testing::make_host_weight;
 
 // The weight's arrays on the device.
 struct DeviceWeight {
