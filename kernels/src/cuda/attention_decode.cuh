@@ -195,6 +195,24 @@ INFERGATE_DEV float load_q_row(View3<const float> q, int64_t q0, int64_t h, int6
   }
 }
 
+// One (row, dim) of a block's merged softmax state: into the split's workspace slot (o, then the max
+// and the sum at dims D and D + 1: the layout the merge kernels read) when the KV range is split, else
+// the normalised output of token `token` (-1: a row past the block's last), head `head`.
+template <int D>
+INFERGATE_DEV void write_row_state(float* partial, View3<float> out, int r, int dcol, int64_t token,
+                                   int64_t head, float m, float lsum, float acc) {
+  if (partial != nullptr) {
+    float* pr = partial + r * (D + 2);
+    pr[dcol] = acc;
+    if (dcol == 0) {
+      pr[D] = m;
+      pr[D + 1] = lsum;
+    }
+  } else if (token >= 0) {
+    out.at(token, head)[dcol] = acc / lsum;
+  }
+}
+
 // One query row's online-softmax step over a 16-token chunk, as the mma kernels lay it out: this lane
 // holds the row's scores of tokens g and g + 8 (v0, v1; -inf where masked), and the 8 lanes with the
 // same c share the row. Gives the rescale of the old state (alpha), this lane's two probabilities, and
@@ -590,17 +608,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
         acc += f * red_o[(w * kRows + r) * D + dcol];
       }
     }
-    const int64_t row = row_base + r;
-    if (partial != nullptr) {
-      float* pr = partial + r * (D + 2);
-      pr[dcol] = acc;
-      if (dcol == 0) {
-        pr[D] = m;
-        pr[D + 1] = lsum;
-      }
-    } else if (row < rows_total) {
-      out.at(q0 + row / group, h * group + row % group)[dcol] = acc / lsum;
-    }
+    write_row_state<D>(partial, out, r, dcol, row_base + r < rows_total ? q0 + (row_base + r) / group : -1,
+                       h * group + (row_base + r) % group, m, lsum, acc);
   }
 }
 

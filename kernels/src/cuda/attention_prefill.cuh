@@ -404,17 +404,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         acc += f * red_o[w][r][dcol];
       }
     }
-    const int64_t row = row_base + r;
-    if (partial != nullptr) {
-      float* pr = partial + r * (D + 2);
-      pr[dcol] = acc;
-      if (dcol == 0) {
-        pr[D] = m;
-        pr[D + 1] = lsum;
-      }
-    } else if (row < rows_total) {
-      out.at(q0 + row / group, h * group + row % group)[dcol] = acc / lsum;
-    }
+    decode::write_row_state<D>(partial, out, r, dcol,
+                               row_base + r < rows_total ? q0 + (row_base + r) / group : -1,
+                               h * group + (row_base + r) % group, m, lsum, acc);
   }
 }
 
