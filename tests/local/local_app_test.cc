@@ -2,6 +2,7 @@
 // reconciled to Ready, a refused manifest reported while the others serve, two models at once,
 // the router's front door by model name, `local get` tables, and a restart that adopts what exists.
 #include "infergate/operator/local/local_app.h"
+#include "common/eventually.h"
 
 #include <gtest/gtest.h>
 
@@ -19,15 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout = 30s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return cond();
-}
+using infergate::testing::eventually;
+// Pods here are real processes (the agent, then a runtime on a generated model): they start in seconds.
+constexpr auto kStart = 30s;
 
 std::string model_yaml(const std::string& name, const std::string& kv = "fp16", int replicas = 1) {
   return "apiVersion: serving.infergate.dev/v1alpha1\nkind: InferenceModel\nmetadata:\n  name: " + name +
@@ -102,7 +97,7 @@ class LocalOperatorTest : public ::testing::Test {
 TEST_F(LocalOperatorTest, AModelInTheDirectoryBecomesReadyWithStatusOnDisk) {
   write("m.yaml", model_yaml("m"));
   start();
-  ASSERT_TRUE(eventually([&] { return ready("m"); })) << status_of("m").dump(2);
+  ASSERT_TRUE(eventually([&] { return ready("m"); }, kStart)) << status_of("m").dump(2);
   Json st = status_of("m");
   EXPECT_EQ(st["stable"]["summary"], "fp16/fp16 ctx=256 x4");
   EXPECT_EQ(st["stable"]["releaseDigest"].get<std::string>().substr(0, 7), "sha256:");
@@ -120,7 +115,8 @@ TEST_F(LocalOperatorTest, AModelInTheDirectoryBecomesReadyWithStatusOnDisk) {
   EXPECT_EQ((*obj)["status"]["stable"]["summary"], "fp16/fp16 ctx=256 x4");
   GetOptions pods;
   pods.what = "pods";
-  EXPECT_TRUE(eventually([&] { return get(pods).find("Running") != std::string::npos; })) << get(pods);
+  EXPECT_TRUE(eventually([&] { return get(pods).find("Running") != std::string::npos; }, kStart))
+      << get(pods);
   auto models = client::http_get(op_->router_url() + "/v1/models", 5s);
   ASSERT_TRUE(models.ok());
   EXPECT_NE(models->body.find("\"m\""), std::string::npos) << models->body;
@@ -131,12 +127,15 @@ TEST_F(LocalOperatorTest, AMalformedManifestIsReportedWhileTheOtherModelsServe) 
   write("bad.yaml", model_yaml("bad", "int3"));
   write("broken.yaml", "apiVersion: [\n");
   start();
-  ASSERT_TRUE(eventually([&] { return ready("good"); }));
+  ASSERT_TRUE(eventually([&] { return ready("good"); }, kStart));
   std::string table;
-  ASSERT_TRUE(eventually([&] {
-    table = get({});
-    return table.find("bad.yaml") != std::string::npos && table.find("broken.yaml") != std::string::npos;
-  })) << table;
+  ASSERT_TRUE(eventually(
+      [&] {
+        table = get({});
+        return table.find("bad.yaml") != std::string::npos && table.find("broken.yaml") != std::string::npos;
+      },
+      kStart))
+      << table;
   EXPECT_NE(table.find("spec.serving.kvCacheDtype"), std::string::npos) << table;
   EXPECT_FALSE(fs::exists(state() / "status" / "default_bad.yaml"));
   GetOptions errors;
@@ -144,7 +143,7 @@ TEST_F(LocalOperatorTest, AMalformedManifestIsReportedWhileTheOtherModelsServe) 
   EXPECT_NE(get(errors).find("YamlError"), std::string::npos);
   // Fixing the file brings the model up.
   write("bad.yaml", model_yaml("bad", "int8"));
-  ASSERT_TRUE(eventually([&] { return ready("bad"); }));
+  ASSERT_TRUE(eventually([&] { return ready("bad"); }, kStart));
   EXPECT_EQ(get(errors).find("bad.yaml"), std::string::npos);
 }
 
@@ -152,7 +151,7 @@ TEST_F(LocalOperatorTest, TwoModelsServeAtOnceOnPortsOfTheirOwn) {
   write("a.yaml", model_yaml("alpha"));
   write("b.yaml", model_yaml("beta", "int8", 2));
   start();
-  ASSERT_TRUE(eventually([&] { return ready("alpha") && ready("beta"); }));
+  ASSERT_TRUE(eventually([&] { return ready("alpha") && ready("beta"); }, kStart));
   auto alpha = op_->platform().resolve("alpha");
   auto beta = op_->platform().resolve("beta");
   ASSERT_TRUE(alpha && beta);
@@ -166,27 +165,27 @@ TEST_F(LocalOperatorTest, TwoModelsServeAtOnceOnPortsOfTheirOwn) {
 TEST_F(LocalOperatorTest, ARestartedOperatorResumesFromItsStateWithoutDuplicates) {
   write("m.yaml", model_yaml("m"));
   start();
-  ASSERT_TRUE(eventually([&] { return ready("m"); }));
+  ASSERT_TRUE(eventually([&] { return ready("m"); }, kStart));
   const Json before = status_of("m");
   stop();
   EXPECT_TRUE(op_ == nullptr);
   start();
   // The workload is adopted, not created a second time: one pod, the same revision, the same uid.
-  ASSERT_TRUE(
-      eventually([&] { return op_->platform().resolve("m") && op_->platform().resolve("m")->size() == 1; }));
+  ASSERT_TRUE(eventually(
+      [&] { return op_->platform().resolve("m") && op_->platform().resolve("m")->size() == 1; }, kStart));
   EXPECT_EQ(op_->platform().pods().size(), 1u);
   EXPECT_EQ(status_of("m")["stable"]["revision"], before["stable"]["revision"]);
-  ASSERT_TRUE(eventually([&] { return ready("m"); }));
+  ASSERT_TRUE(eventually([&] { return ready("m"); }, kStart));
 }
 
 TEST_F(LocalOperatorTest, RemovingAManifestStopsTheModelsPods) {
   write("m.yaml", model_yaml("m"));
   start();
-  ASSERT_TRUE(eventually([&] { return ready("m"); }));
+  ASSERT_TRUE(eventually([&] { return ready("m"); }, kStart));
   fs::remove(manifests() / "m.yaml");
-  ASSERT_TRUE(
-      eventually([&] { return op_->platform().pods().empty() && op_->platform().model_keys().empty(); }));
-  EXPECT_TRUE(eventually([&] { return !fs::exists(state() / "status" / "default_m.yaml"); }));
+  ASSERT_TRUE(eventually(
+      [&] { return op_->platform().pods().empty() && op_->platform().model_keys().empty(); }, kStart));
+  EXPECT_TRUE(eventually([&] { return !fs::exists(state() / "status" / "default_m.yaml"); }, kStart));
 }
 
 TEST_F(LocalOperatorTest, ASecondOperatorOnTheSameStateDirectoryIsRefused) {

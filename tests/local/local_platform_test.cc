@@ -2,6 +2,7 @@
 // `agent exec`, readiness, verification refusals, crash loops, rolling updates, endpoints, jobs and
 // restarts on the same state directory. The e2e tests run the real binaries.
 #include "infergate/operator/local/local_platform.h"
+#include "common/eventually.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,15 +24,9 @@ using namespace std::chrono_literals;
 using platform::PodState;
 using platform::VerifyState;
 
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return cond();
-}
+using infergate::testing::eventually;
+// Pods here are real processes (the agent, then a runtime on a generated model): they start in seconds.
+constexpr auto kStart = 20s;
 
 api::InferenceModelSpec spec(const std::string& kv = "fp16", int replicas = 1,
                              const std::string& volume = "") {
@@ -122,7 +117,7 @@ TEST_F(LocalPlatformTest, APodRunsTheAgentWhichExecsTheRuntimeOnAPortOfItsOwn) {
 TEST_F(LocalPlatformTest, AppliedWorkloadBecomesReadyWithVerifiedPods) {
   auto p = make();
   ASSERT_TRUE(p->apply_workload(model_, workload(*p, spec("fp16", 2))).ok());
-  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 2; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 2; }, kStart));
   auto s = observe(*p);
   EXPECT_TRUE(s.exists);
   EXPECT_EQ(s.updated_replicas, 2);
@@ -150,7 +145,7 @@ TEST_F(LocalPlatformTest, AnEndpointRoutesToTheReadyPods) {
   ASSERT_TRUE(ep.ok());
   EXPECT_TRUE(ep->exists);
   ASSERT_FALSE(ep->url.empty());
-  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }, kStart));
   auto r = client::http_get(ep->url + "/readyz", 5s);
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->status, 200);
@@ -162,11 +157,13 @@ TEST_F(LocalPlatformTest, AnEndpointRoutesToTheReadyPods) {
 TEST_F(LocalPlatformTest, ARefusedVerificationShowsTheAgentsVerdictAndRetriesWithBackoff) {
   auto p = make({{"FAKE_AGENT_REFUSE", "1"}});
   ASSERT_TRUE(p->apply_workload(model_, workload(*p, spec())).ok());
-  ASSERT_TRUE(eventually([&] {
-    auto s = observe(*p);
-    return !s.pods.empty() && s.pods[0].verify.phase == VerifyState::Phase::kFailed &&
-           s.pods[0].restarts >= 1;
-  }));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto s = observe(*p);
+        return !s.pods.empty() && s.pods[0].verify.phase == VerifyState::Phase::kFailed &&
+               s.pods[0].restarts >= 1;
+      },
+      kStart));
   auto pod = observe(*p).pods[0];
   EXPECT_EQ(pod.phase, PodState::Phase::kPending);
   EXPECT_FALSE(pod.ready);
@@ -182,43 +179,47 @@ TEST_F(LocalPlatformTest, ARefusedVerificationShowsTheAgentsVerdictAndRetriesWit
 TEST_F(LocalPlatformTest, ACrashingRuntimeIsRestartedAndShownAsCrashLoopBackOff) {
   auto p = make({{"FAKE_RUNTIME_CRASH_AFTER", "0.3"}});
   ASSERT_TRUE(p->apply_workload(model_, workload(*p, spec())).ok());
-  ASSERT_TRUE(eventually([&] {
-    auto s = observe(*p);
-    return !s.pods.empty() && s.pods[0].waiting_reason == "CrashLoopBackOff";
-  }));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto s = observe(*p);
+        return !s.pods.empty() && s.pods[0].waiting_reason == "CrashLoopBackOff";
+      },
+      kStart));
   auto pod = observe(*p).pods[0];
   EXPECT_EQ(pod.verify.phase, VerifyState::Phase::kSucceeded);
   EXPECT_FALSE(pod.ready);
   EXPECT_NE(pod.message.find("exit 3"), std::string::npos) << pod.message;
-  ASSERT_TRUE(eventually([&] { return observe(*p).pods[0].restarts >= 2; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).pods[0].restarts >= 2; }, kStart));
 }
 
 TEST_F(LocalPlatformTest, AnUpdatedWorkloadRollsWithoutLosingItsReadyPod) {
   auto p = make();
   ASSERT_TRUE(p->apply_workload(model_, workload(*p, spec("fp16"))).ok());
-  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }, kStart));
   const auto next = workload(*p, spec("int8"));
   ASSERT_NE(next.template_hash(), workload(*p, spec("fp16")).template_hash());
   ASSERT_TRUE(p->apply_workload(model_, next).ok());
   bool never_empty = true;
-  ASSERT_TRUE(eventually([&] {
-    auto s = observe(*p);
-    if (s.ready_replicas < 1) never_empty = false;
-    return s.pods.size() == 1 && s.pods[0].revision == next.revision && s.ready_replicas == 1;
-  }));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto s = observe(*p);
+        if (s.ready_replicas < 1) never_empty = false;
+        return s.pods.size() == 1 && s.pods[0].revision == next.revision && s.ready_replicas == 1;
+      },
+      kStart));
   EXPECT_TRUE(never_empty) << "the rolling update went through a moment without a ready pod";
 }
 
 TEST_F(LocalPlatformTest, ScalingAndDeletingStopThePods) {
   auto p = make();
   ASSERT_TRUE(p->apply_workload(model_, workload(*p, spec("fp16", 2))).ok());
-  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 2; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 2; }, kStart));
   ASSERT_TRUE(p->scale_workload(model_, "m", 1).ok());
-  ASSERT_TRUE(eventually([&] { return observe(*p).pods.size() == 1; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).pods.size() == 1; }, kStart));
   EXPECT_EQ(*p->list_workloads(model_), std::vector<std::string>{"m"});
   ASSERT_TRUE(p->delete_workload(model_, "m").ok());
   EXPECT_FALSE(observe(*p).exists);
-  EXPECT_TRUE(eventually([&] { return p->pods().empty(); }));
+  EXPECT_TRUE(eventually([&] { return p->pods().empty(); }, kStart));
   EXPECT_TRUE(p->delete_workload(model_, "m").ok());  // deleting what is gone succeeds
 }
 
@@ -230,14 +231,14 @@ TEST_F(LocalPlatformTest, ARestartedPlatformFindsItsWorkloadsAndStartsTheirPodsA
     hash = w.template_hash();
     ASSERT_TRUE(p->apply_workload(model_, w).ok());
     ASSERT_TRUE(p->apply_endpoint(model_, controllers::render_endpoint("m")).ok());
-    ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }));
+    ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }, kStart));
   }
   auto p = make();
   auto s = observe(*p);
   EXPECT_TRUE(s.exists);
   EXPECT_EQ(s.template_hash, hash);
   EXPECT_TRUE(p->observe_endpoint(model_, "m")->exists);
-  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }));
+  ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }, kStart));
   EXPECT_EQ(p->model_keys(), std::vector<std::string>{"default/m"});
   ASSERT_TRUE(p->cleanup(model_).ok());
   EXPECT_FALSE(observe(*p).exists);
@@ -253,7 +254,7 @@ TEST_F(LocalPlatformTest, AJobRunsOnceAndReportsItsTerminationMessage) {
   job.deadline_seconds = 60;
   ASSERT_TRUE(p->apply_job(model_, job).ok());
   ASSERT_TRUE(eventually(
-      [&] { return p->observe_job(model_, job.name)->phase == platform::JobState::Phase::kFailed; }));
+      [&] { return p->observe_job(model_, job.name)->phase == platform::JobState::Phase::kFailed; }, kStart));
   auto s = *p->observe_job(model_, job.name);
   EXPECT_TRUE(s.exists);
   EXPECT_TRUE(s.terminated);
@@ -281,7 +282,7 @@ TEST_F(LocalPlatformTest, AJobPastItsDeadlineFailsWithoutAResult) {
   ASSERT_TRUE(p->apply_job(model_, job).ok());
   EXPECT_EQ(p->observe_job(model_, job.name)->exists, true);
   ASSERT_TRUE(eventually(
-      [&] { return p->observe_job(model_, job.name)->phase == platform::JobState::Phase::kFailed; }));
+      [&] { return p->observe_job(model_, job.name)->phase == platform::JobState::Phase::kFailed; }, kStart));
   auto s = *p->observe_job(model_, job.name);
   EXPECT_EQ(s.reason, "DeadlineExceeded");
   EXPECT_FALSE(s.terminated);

@@ -1,6 +1,7 @@
 // The local supervisor: restarts with backoff, SIGTERM then SIGKILL, whole process groups, job
 // deadlines, and no orphans when its owner is killed with SIGKILL.
 #include "infergate/operator/local/supervisor.h"
+#include "common/eventually.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -17,16 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Polls `cond` for up to `timeout` of real time.
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout = 10s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
-}
+using infergate::testing::eventually;
 
 // True when no live process has this pid (a zombie waiting for init counts as gone).
 bool process_gone(pid_t pid) {
@@ -74,14 +66,18 @@ TEST(Supervisor, RestartsACrashedProcessOnlyAfterItsBackoff) {
   ASSERT_TRUE(s.last_exit);
   EXPECT_EQ(s.last_exit->code, 3);
   // No restart while the backoff has not passed on the supervisor's clock.
-  std::this_thread::sleep_for(100ms);
+  auto two_more_passes = [&] {
+    const uint64_t p = sup.passes();
+    return eventually([&] { return sup.passes() >= p + 2; });
+  };
+  ASSERT_TRUE(two_more_passes());
   EXPECT_EQ(sup.status("crasher")->starts, 1);
   clock.advance(1000ms);
   ASSERT_TRUE(eventually([&] { return sup.status("crasher")->starts == 2; }));
   ASSERT_TRUE(eventually([&] { return sup.status("crasher")->phase == ProcessStatus::Phase::kBackoff; }));
   // The second failure waits twice as long.
   clock.advance(1000ms);
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(two_more_passes());
   EXPECT_EQ(sup.status("crasher")->starts, 2);
   clock.advance(1000ms);
   ASSERT_TRUE(eventually([&] { return sup.status("crasher")->starts == 3; }));

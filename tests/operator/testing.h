@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/eventually.h"
 #include "fixtures/fake_apiserver.h"
 #include "infergate/common/clock.h"
 #include "infergate/common/fs.h"
@@ -85,16 +86,7 @@ inline std::unique_ptr<client::RestClient> client_for(const FakeApiServer& s, Cl
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-// Polls `pred` every 5 ms until it holds or `limit` passes (real time); returns whether it held.
-inline bool eventually(const std::function<bool()>& pred,
-                       std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
+using infergate::testing::eventually;
 
 inline Json deployment_json(const std::string& name, const std::string& ns = "default", int replicas = 1) {
   Json d =

@@ -111,6 +111,11 @@ Status Informer::step() {
   return ok_status();
 }
 
+void Informer::set_backing_off(bool on) {
+  std::lock_guard lock(stats_mu_);
+  stats_.backing_off = on;
+}
+
 void Informer::run() {
   std::mt19937_64 rng(std::random_device{}());
   std::chrono::milliseconds backoff = config_.initial_backoff;
@@ -131,7 +136,10 @@ void Informer::run() {
     log::warn("watch failed, backing off", {{"resource", kind_.resource()},
                                             {"error", st.error().to_string()},
                                             {"backoff_ms", static_cast<long long>(delay.count())}});
-    if (!stop_.wait_for(clock_, delay)) break;
+    set_backing_off(true);
+    const bool waited = stop_.wait_for(clock_, delay);
+    set_backing_off(false);
+    if (!waited) break;
     backoff = std::min(backoff * 2, config_.max_backoff);
   }
 }

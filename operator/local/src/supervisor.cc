@@ -141,7 +141,13 @@ void ProcessSupervisor::loop() {
   }
 }
 
+uint64_t ProcessSupervisor::passes() const {
+  std::lock_guard lock(mu_);
+  return passes_;
+}
+
 std::vector<std::string> ProcessSupervisor::pass() {
+  ++passes_;
   const MonoTime now = clock_.mono_now();
   std::vector<std::string> changed, gone;
   for (auto& [name, e] : entries_) step(name, e, now, changed, gone);

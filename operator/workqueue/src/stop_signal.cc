@@ -17,15 +17,24 @@ void StopSignal::stop() {
 
 bool StopSignal::wait_for(Clock& clock, std::chrono::nanoseconds d) {
   std::unique_lock lock(mu_);
+  ++waiters_;
+  bool elapsed = false;
   if (is_real_clock(clock)) {
-    return !cv_.wait_for(lock, d, [&] { return stopped_.load(); });
+    elapsed = !cv_.wait_for(lock, d, [&] { return stopped_.load(); });
+  } else {
+    const MonoTime deadline = clock.mono_now() + std::chrono::duration_cast<MonoTime::duration>(d);
+    while (!stopped_ && !elapsed) {
+      elapsed = clock.mono_now() >= deadline;
+      if (!elapsed) cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
   }
-  const MonoTime deadline = clock.mono_now() + std::chrono::duration_cast<MonoTime::duration>(d);
-  while (!stopped_) {
-    if (clock.mono_now() >= deadline) return true;
-    cv_.wait_for(lock, std::chrono::milliseconds(1));
-  }
-  return false;
+  --waiters_;
+  return elapsed;
+}
+
+int StopSignal::waiters() const {
+  std::lock_guard lock(mu_);
+  return waiters_;
 }
 
 }  // namespace infergate::op::workqueue

@@ -113,6 +113,7 @@ std::optional<std::string> WorkQueue::get() {
     pump_locked(clock_.mono_now());
     if (auto key = pop_locked()) return key;
     if (shutdown_) return std::nullopt;
+    ++blocked_;
     if (delayed_.empty()) {
       cv_.wait(lock);
     } else if (real_time_) {
@@ -120,6 +121,7 @@ std::optional<std::string> WorkQueue::get() {
     } else {
       cv_.wait_for(lock, std::chrono::milliseconds(1));  // a fake clock moves without telling us
     }
+    --blocked_;
   }
 }
 
@@ -158,6 +160,11 @@ size_t WorkQueue::len() const {
 size_t WorkQueue::waiting() const {
   std::lock_guard lock(mu_);
   return delayed_.size();
+}
+
+size_t WorkQueue::blocked() const {
+  std::lock_guard lock(mu_);
+  return blocked_;
 }
 
 size_t WorkQueue::processing() const {

@@ -108,17 +108,45 @@ TEST(Informer, BacksOffWhileTheApiServerIsDown) {
   cfg.resync_period = 0s;
   cfg.initial_backoff = 20ms;
   cfg.max_backoff = 200ms;
-  Informer inf(*c, client::kinds::deployment(), cfg, SystemClock::instance());
-  size_t before = s->request_count();
+  FakeClock clock;
+  Informer inf(*c, client::kinds::deployment(), cfg, clock);
+  const size_t before = s->request_count();
+  auto attempts = [&] { return s->request_count() - before; };
   inf.start();
-  std::this_thread::sleep_for(600ms);
-  size_t attempts = s->request_count() - before;
-  // 20, 40, 80, 160, 200... ms (with up to +50 % jitter): a handful of tries, not a hot loop.
-  EXPECT_GE(attempts, 3u);
-  EXPECT_LE(attempts, 10u);
+  ASSERT_TRUE(eventually([&] { return attempts() >= 1; }));
+  // The informer waits on the clock alone. Once it is backing off, the clock is advanced a
+  // millisecond at a time until it wakes, and the time that took is its wait: the backoff (20, 40, 80,
+  // 160, then the 200 ms cap) times a jitter in [1, 1.5).
+  const std::chrono::milliseconds backoffs[] = {20ms, 40ms, 80ms, 160ms, 200ms, 200ms};
+  size_t seen = 1;
+  for (const auto backoff : backoffs) {
+    ASSERT_TRUE(eventually([&] { return inf.stats().backing_off; })) << "attempt " << seen;
+    EXPECT_EQ(attempts(), seen) << "an attempt came without the clock moving";
+    std::chrono::milliseconds waited(0);
+    // It woke when it stops backing off, or when its next attempt arrives (a failure handled faster
+    // than this loop looks would hide the first).
+    while (inf.stats().backing_off && attempts() == seen && waited < 10 * backoff) {
+      clock.advance(1ms);
+      waited += 1ms;
+      std::this_thread::sleep_for(1ms);  // the informer polls a fake clock every millisecond
+    }
+    ASSERT_TRUE(eventually([&] { return attempts() == seen + 1; }))
+        << "after " << waited.count() << " ms: " << attempts() << " attempts, " << seen << " before";
+    seen = attempts();
+    EXPECT_GE(waited, backoff) << "retried before its backoff: a hot loop";
+    // The jitter's top, plus a few steps while the informer's thread wakes up.
+    EXPECT_LE(waited, backoff * 3 / 2 + 15ms)
+        << "waited longer than the backoff allows (cap " << cfg.max_backoff.count() << " ms)";
+  }
   EXPECT_FALSE(inf.has_synced());
   s->clear_faults();
-  ASSERT_TRUE(eventually([&] { return inf.has_synced(); }, 5s));
+  // The clock moves on (the informer may still be handling the last failure when it starts to).
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock.advance(10ms);
+        return inf.has_synced();
+      },
+      5s));
   inf.stop();
 }
 

@@ -60,8 +60,9 @@ TEST_F(Capacity, AStageThatCannotFitIsRefusedBeforeAnyCanaryWithThePlannersNumbe
   EXPECT_NE(msg.find("short by"), std::string::npos) << msg;
   EXPECT_NE(msg.find("sequences at 32768 tokens"), std::string::npos) << msg;
   EXPECT_TRUE(eventually([&] { return !events_for("glm", "KvCacheTooLarge").empty(); }));
-  // Nothing was started for it, and stable serves on.
-  std::this_thread::sleep_for(300ms);
+  // Nothing was started for it, and stable serves on: one more reconcile, run here, still starts none.
+  auto again = app_->reconciler().reconcile({kNs, "glm"});
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
   EXPECT_EQ(server_->get(kDeploys + "/glm-canary").status, 404);
   Json st = get_model("glm")["status"];
   EXPECT_FALSE(st.contains("stage"));

@@ -7,12 +7,14 @@
 #include <set>
 #include <thread>
 
+#include "common/eventually.h"
 #include "infergate/operator/workqueue/stop_signal.h"
 
 namespace infergate::op::workqueue {
 namespace {
 
 using namespace std::chrono_literals;
+using infergate::testing::eventually;
 
 std::unique_ptr<RateLimiter> limiter() { return std::make_unique<ExponentialRateLimiter>(100ms, 1s); }
 
@@ -123,8 +125,8 @@ TEST(WorkQueue, BlockingGetWakesWhenAFakeClockPassesTheDelay) {
   q.add_after("a", 5s);
   std::optional<std::string> got;
   std::thread t([&] { got = q.get(); });
-  std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(got);
+  EXPECT_TRUE(eventually([&] { return q.blocked() == 1; }));
+  EXPECT_FALSE(got);  // blocked in get(), and the clock has not moved
   clock.advance(5s);
   t.join();
   EXPECT_EQ(*got, "a");
@@ -134,7 +136,7 @@ TEST(WorkQueue, ShutdownReleasesBlockedWorkers) {
   WorkQueue q(SystemClock::instance(), limiter());
   std::optional<std::string> got = "unset";
   std::thread t([&] { got = q.get(); });
-  std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(eventually([&] { return q.blocked() == 1; }));
   q.shutdown();
   t.join();
   EXPECT_FALSE(got);
@@ -176,13 +178,13 @@ TEST(StopSignal, WaitReturnsEarlyOnStopAndOnTheFakeClock) {
     result = s.wait_for(clock, 10s);
     done = true;
   });
-  std::this_thread::sleep_for(10ms);
-  EXPECT_FALSE(done);
+  EXPECT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  EXPECT_FALSE(done);  // waiting, and the clock has not moved
   clock.advance(10s);
   t.join();
   EXPECT_TRUE(result);
   std::thread t2([&] { result = s.wait_for(SystemClock::instance(), 1h); });
-  std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(eventually([&] { return s.waiters() == 1; }));
   s.stop();
   t2.join();
   EXPECT_FALSE(result);

@@ -39,6 +39,9 @@ struct InformerStats {
   uint64_t expired = 0;  // 410 Gone
   uint64_t errors = 0;
   uint64_t events = 0;
+  // Waiting out a backoff after a failed list or watch (true from just before the wait starts until
+  // it ends): the informer is not in contact with the API server.
+  bool backing_off = false;
 };
 
 class Informer {
@@ -67,6 +70,7 @@ class Informer {
 
  private:
   void run();
+  void set_backing_off(bool on);
   void resync_loop();
   void apply(WatcherEvent ev);
 

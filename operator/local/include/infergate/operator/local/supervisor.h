@@ -101,6 +101,9 @@ class ProcessSupervisor {
   std::vector<std::string> names() const;
   // Every known process and its status.
   std::map<std::string, ProcessStatus> snapshot() const;
+  // How many passes over the processes the supervisor thread has made (one per tick): a test that
+  // waits for two more knows one full pass has seen the clock as it is now.
+  uint64_t passes() const;
   // Called (from the supervisor thread, without locks held) with the name of a process whose phase
   // changed: started, exited, restarted, gone.
   void set_on_change(std::function<void(const std::string&)> fn);
@@ -132,6 +135,7 @@ class ProcessSupervisor {
   std::function<void(const std::string&)> on_change_;
   bool shutting_down_ = false;
   bool stop_thread_ = false;
+  uint64_t passes_ = 0;
   std::thread thread_;
 };
 
@@ -139,7 +143,7 @@ class ProcessSupervisor {
 std::string read_log_from(const std::filesystem::path& path, uint64_t offset, size_t max_bytes = 64u << 10);
 // The size of a file, 0 when it does not exist.
 uint64_t file_size_or_zero(const std::filesystem::path& path);
-// "127.0.0.1:43121" from the runtime's "listening on http://127.0.0.1:43121" line (CONTRACTS.md), or "".
+// "127.0.0.1:43121" from the runtime's "listening on http://127.0.0.1:43121" line (docs/server.md), or "".
 std::string find_listen_address(std::string_view log);
 // The environment variable that marks every process the local platform starts, with the absolute
 // state directory as its value; children inherit it, so whatever a pod forks is marked too.

@@ -19,10 +19,13 @@ class StopSignal {
   // clock this is one condition-variable wait; with any other clock it polls the clock every
   // millisecond of real time, so a FakeClock advanced by a test wakes it promptly.
   bool wait_for(Clock& clock, std::chrono::nanoseconds d);
+  // Threads inside wait_for right now (tests wait for a waiter before they move a fake clock).
+  int waiters() const;
 
  private:
   std::atomic<bool> stopped_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  int waiters_ = 0;
   std::condition_variable cv_;
 };
 

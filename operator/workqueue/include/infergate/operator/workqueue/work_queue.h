@@ -80,6 +80,7 @@ class WorkQueue {
   size_t len() const;         // ready keys
   size_t waiting() const;     // delayed keys
   size_t processing() const;  // keys held by workers
+  size_t blocked() const;     // threads inside get() waiting for a key (tests wait for a worker to block)
 
  private:
   void add_locked(const std::string& key);
@@ -100,6 +101,7 @@ class WorkQueue {
   std::multimap<MonoTime, std::string> delayed_;
   std::unordered_map<std::string, MonoTime> delayed_until_;
   bool shutdown_ = false;
+  size_t blocked_ = 0;
 };
 
 }  // namespace infergate::op::workqueue
