@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "fixtures/process_kubelet.h"
@@ -20,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 const std::string kAgent = INFERGATE_AGENT_BIN;
+const std::string kOperator = INFERGATE_OPERATOR_BIN;
 
 class RolloutE2E : public OperatorFixture {
  protected:
@@ -128,6 +131,31 @@ class RolloutE2E : public OperatorFixture {
     m["spec"]["serving"]["weightFormat"] = "int8";
     m["spec"]["serving"]["kvCacheDtype"] = "int8";
     m["spec"]["artifact"]["path"] = "glm/int8";
+  }
+
+  // infergate-operator as a process against the fake API server; its log is work/<identity>.log.
+  Result<Subprocess> spawn_operator(const std::string& identity) {
+    const auto kubeconfig = dir_->path() / "kubeconfig";
+    INFERGATE_RETURN_IF_ERROR(write_file_atomic(kubeconfig, server_->kubeconfig()));
+    SpawnOptions o;
+    o.argv = {kOperator,
+              "--kubeconfig",
+              kubeconfig.string(),
+              "--identity",
+              identity,
+              "--workers",
+              "2",
+              "--metrics-bind-address",
+              "0",
+              "--health-probe-bind-address",
+              "0"};
+    o.stdout_file = dir_->path() / "work" / (identity + ".log");
+    o.stderr_file = o.stdout_file;
+    o.die_with_parent = true;
+    return Subprocess::spawn(o);
+  }
+  std::string log_of(const std::string& identity) const {
+    return "\n--- " + identity + "\n" + read_file(dir_->path() / "work" / (identity + ".log")).value_or("");
   }
 
   std::unique_ptr<TempDir> dir_;
@@ -359,27 +387,57 @@ TEST_F(RolloutE2E, ATamperedReleaseIsRefusedByTheAgentAndRolledBack) {
   EXPECT_EQ(status()["failedRevisions"].size(), 1u);
 }
 
+// The operator runs as its own process here, so that it dies as a node kills it: SIGKILL, mid-stage,
+// with nothing flushed and no lease released. The one started after it must carry on from status: the
+// same canary Deployment, the same analysis window (not a new one), one stage, one promotion.
 TEST_F(RolloutE2E, AnOperatorKilledMidStageResumesWithoutASecondCanary) {
-  start_operator();
+  auto op = spawn_operator("op-first");
+  ASSERT_TRUE(op.ok()) << op.error().to_string();
   deploy();
+  static constexpr int kWindow = 6;
   change([](Json& m) {
     m["spec"]["serving"]["kvCacheDtype"] = "int8";
-    m["spec"]["rollout"]["canary"]["analysisSeconds"] = 4;
+    m["spec"]["rollout"]["canary"]["analysisSeconds"] = kWindow;
   });
-  ASSERT_TRUE(eventually([&] { return phase() == "Analyzing"; }, 20s)) << status().dump(2);
+  ASSERT_TRUE(eventually([&] { return phase() == "Analyzing"; }, 20s))
+      << status().dump(2) << log_of("op-first");
   const std::string canary_uid = server_->get(kDeploys + "/glm-canary").body["metadata"]["uid"];
-  const Json stage = status()["stage"];
-  stop_operator();
-  start_operator();
-  std::this_thread::sleep_for(300ms);
-  if (phase() == "Analyzing") {
-    EXPECT_EQ(server_->get(kDeploys + "/glm-canary").body["metadata"]["uid"], canary_uid);
-    EXPECT_EQ(status()["stage"]["analysisStartedAt"], stage["analysisStartedAt"]);
+  const std::string window_start = status()["stage"]["analysisStartedAt"];
+
+  op->signal(SIGKILL);
+  const ExitStatus killed = op->wait();
+  ASSERT_EQ(killed.signal, SIGKILL) << killed.describe();
+  ASSERT_EQ(phase(), "Analyzing") << "the stage outlived its operator: " << status().dump(2);
+  const size_t mark = server_->request_count();
+  auto next = spawn_operator("op-second");
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+
+  // Every state seen until the promotion has the first operator's canary and analysis window.
+  std::set<std::string> uids, windows;
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto d = server_->get(kDeploys + "/glm-canary");
+        if (d.status == 200) uids.insert(d.body["metadata"]["uid"].get<std::string>());
+        const Json s = status();
+        if (s.contains("stage") && s["stage"].contains("analysisStartedAt"))
+          windows.insert(s["stage"]["analysisStartedAt"].get<std::string>());
+        return history_has("Promoted", "kvCache");
+      },
+      30s))
+      << status().dump(2) << log_of("op-second");
+  EXPECT_EQ(uids, std::set<std::string>{canary_uid}) << "the canary was recreated";
+  EXPECT_EQ(windows, std::set<std::string>{window_start}) << "the analysis window started over";
+  EXPECT_GT(server_->writes_since(mark, "(op-second)"), 0u) << "the promotion was the new operator's";
+  size_t created = 0;
+  for (const auto& r : server_->requests()) {
+    if (r.method == "POST" && r.path == kDeploys && r.user_agent.find("(op-second)") != std::string::npos)
+      ++created;
   }
-  ASSERT_TRUE(eventually([&] { return history_has("Promoted", "kvCache"); }, 30s)) << status().dump(2);
+  EXPECT_EQ(created, 0u) << "the new operator created a Deployment: the canary existed";
   int started = 0;
   for (const auto& e : events_for("glm", "StageStarted")) started += e.value("count", 1);
   EXPECT_EQ(started, 1) << "one stage, one canary";
+  next->terminate(10s);
 }
 
 TEST_F(RolloutE2E, ASpecChangedMidStageSupersedesTheOldRevisionCleanly) {
