@@ -1,7 +1,7 @@
 // The local platform end to end, with the real binaries: `infergate-operator local run` as a process,
 // pods that are the real agent exec'ing the real runtime on a generated model, signed releases, the
 // router, and the rollout's stages and gates. Bounded: tiny models, short analysis windows.
-// A test skips (saying why) when the runtime it needs cannot serve or evaluate yet.
+// The suite never skips: a runtime that cannot serve or evaluate fails it, with the runtime's output.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/eventually.h"
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
 #include "infergate/common/subprocess.h"
@@ -29,15 +30,7 @@ const std::string kAgent = INFERGATE_AGENT_BIN;
 const std::string kRuntime = INFERGATE_RUNTIME_BIN;
 const std::string kOperator = INFERGATE_OPERATOR_BIN;
 
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(200ms);
-  }
-  return cond();
-}
+using infergate::testing::eventually;
 
 // The eval tests' small suite: a few prompts of each kind, short generations, a 60-word needle.
 constexpr const char* kSuite = R"({
@@ -54,9 +47,13 @@ constexpr const char* kSuite = R"({
     {"id": "json-1", "kind": "json", "required_keys": ["name"], "prompt": "Give a JSON object with a name.\nJSON: {"}
   ]})";
 
-bool runtime_has(const std::string& command) {
+// The runtime command the suite needs answers `--help`: a runtime that cannot even do that (a broken
+// build, a missing shared library, a command renamed) fails the suite with its output; it never skips.
+void expect_runtime_command(const std::string& command) {
   auto r = run_command({kRuntime, command, "--help"}, 30s);
-  return r.ok() && r->status.success();
+  ASSERT_TRUE(r.ok()) << kRuntime << " " << command << " --help: " << r.error().to_string();
+  ASSERT_TRUE(r->status.success()) << kRuntime << " " << command << " --help exited with "
+                                   << r->status.describe() << ": " << r->err << r->out;
 }
 
 void must(const std::vector<std::string>& argv) {
@@ -94,8 +91,7 @@ std::vector<pid_t> marked_processes(const fs::path& state) {
 class LocalE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!runtime_has("serve"))
-      GTEST_SKIP() << "infergate-runtime has no `serve` command yet (runtime server)";
+    ASSERT_NO_FATAL_FAILURE(expect_runtime_command("serve"));
     artifacts_ = state() / "volumes" / "model-artifacts";
     fs::create_directories(manifests());
     fs::create_directories(artifacts_);
@@ -319,10 +315,8 @@ TEST_F(LocalE2E, NoPodOutlivesAnOperatorKilledWithSigkillAndARestartResumes) {
 
 // ---- Rollouts (need the staged rollout, `serve` and `eval`) ----
 
-bool rollout_ready() { return runtime_has("serve") && runtime_has("eval"); }
-
 TEST_F(LocalE2E, TheDemosStagesPassFailAndRollBack) {
-  if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
+  ASSERT_NO_FATAL_FAILURE(expect_runtime_command("eval"));
   quantize("fp16", "int8", "int8", 2);
   write_model("m", "fp16", "fp16", "fp16");
   start_operator();
@@ -378,7 +372,7 @@ class LocalE2EMoe : public LocalE2E {
  protected:
   std::string arch() const override { return "glm4_moe"; }
   void rolls_out_weights_then_kv() {
-    if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
+    ASSERT_NO_FATAL_FAILURE(expect_runtime_command("eval"));
     quantize("fp16", "int8", "int8", 2);
     write_model("m", "fp16", "fp16", "fp16");
     start_operator();
@@ -401,7 +395,7 @@ TEST_F(LocalE2EMoe, AGlm45MoeModelRollsOutItsWeightsThenItsKvCache) { rolls_out_
 TEST_F(LocalE2EMla, ADeepseekV3ModelRollsOutItsWeightsThenItsLatentCache) { rolls_out_weights_then_kv(); }
 
 TEST_F(LocalE2E, ACanaryPodCrashingDuringAnalysisFailsTheStage) {
-  if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
+  ASSERT_NO_FATAL_FAILURE(expect_runtime_command("eval"));
   write_model("m", "fp16", "fp16", "fp16");
   start_operator();
   ASSERT_TRUE(eventually([&] { return ready("m"); }, 180s)) << log();
@@ -422,7 +416,7 @@ TEST_F(LocalE2E, ACanaryPodCrashingDuringAnalysisFailsTheStage) {
 }
 
 TEST_F(LocalE2E, AnOperatorKilledMidStageResumesWithoutASecondCanary) {
-  if (!rollout_ready()) GTEST_SKIP() << "infergate-runtime has no `eval` command yet (the quality gate)";
+  ASSERT_NO_FATAL_FAILURE(expect_runtime_command("eval"));
   write_model("m", "fp16", "fp16", "fp16");
   start_operator();
   ASSERT_TRUE(eventually([&] { return ready("m"); }, 180s)) << log();
