@@ -1,5 +1,7 @@
 // `eval` and `report`: thin flag parsing over runtime/eval (compare.h, report.h).
-// eval's exit codes (CONTRACTS.md): 0 passed, 1 a threshold failed, 2 usage, 3 could not run.
+// Exit codes (docs/eval-and-report.md): eval 0 every threshold passed, 1 a threshold failed, 2 usage, 3
+// inconclusive (could not run, or a threshold on a metric it could not measure); report 0 written, 1
+// could not run or write, 2 usage.
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 // The performance gate's Prometheus path against a real Prometheus server (Debian's `prometheus`) on
 // loopback, scraping processes that serve the runtime's metric names. Skips when the binary is absent.
 // The exporters here stand in for `infergate-runtime serve` (same metric names and buckets, from
-// CONTRACTS.md), with traffic that grows with wall time at a latency each one is given.
+// docs/metrics.md), with traffic that grows with wall time at a latency each one is given.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,8 +1,12 @@
 // The staged rollout as an explicit state machine (docs/rollout.md, "The state machine"). The phase
-// is status.stage.phase (Idle when no stage runs); one function per phase reads what the platform
-// reports and returns the phase to move to with the actions, events, history and conditions that go
-// with the move. Pure: no I/O, no clock reads, so a restarted operator that reads the same status
-// and observes the same world takes the same step (the names it creates are deterministic).
+// is status.stage.phase (Idle when no stage runs); a function per phase (on_idle, on_running,
+// on_promoting, on_rolling_back, on_failed) reads what the platform reports and returns the phase to
+// move to with the actions, events, history and conditions that go with the move. Deploying,
+// Verifying and Analyzing share on_running: which of the three a stage is in follows from what is
+// observed (canary pods exist; verified and ready; the window opened), and every step re-judges all
+// the gates, so a stage can fail from any of the three. Pure: no I/O, no clock reads, so a restarted
+// operator that reads the same status and observes the same world takes the same step (the names it
+// creates are deterministic).
 //
 //   Idle ──start──▶ Deploying ──pods exist──▶ Verifying ──verified+ready──▶ Analyzing
 //                     │  ▲ superseded (spec changed, retry of a Failed stage) ──▶ Idle

@@ -1,5 +1,5 @@
 // The rollout's gates, as pure functions from what was observed to a verdict with its numbers:
-//   quality      the eval Job's JSON result (CONTRACTS.md "Eval result"), re-checked against
+//   quality      the eval Job's JSON result (docs/eval-and-report.md), re-checked against
 //                spec.rollout.gates.quality (the exit code alone is never trusted);
 //   performance  TTFT p95, TPOT p95 and error rate of the canary against stable over the analysis
 //                window, from /metrics scrapes (bucket deltas) or from a Prometheus server's answers.
@@ -68,7 +68,7 @@ GateVerdict evaluate_quality_job(const api::QualityGateSpec& spec, const platfor
 
 // ---- Performance ----
 
-// The bundled runtime's metric names (CONTRACTS.md "Runtime metrics"); every engine's names are in
+// The bundled runtime's metric names (docs/metrics.md, "Runtime"); every engine's names are in
 // its profile (api::engine_profile(kind).metrics).
 inline constexpr std::string_view kTtftMetric = "infergate_time_to_first_token_seconds";
 inline constexpr std::string_view kTpotMetric = "infergate_time_per_output_token_seconds";

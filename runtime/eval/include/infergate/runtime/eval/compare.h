@@ -110,8 +110,8 @@ void apply_thresholds(EvalResult& result, const Thresholds& thresholds);
 bool follows_json_format(std::string_view prompt, std::string_view output,
                          const std::vector<std::string>& keys);
 
-// The JSON the quality gate reads (CONTRACTS.md): {"suite","passed","metrics":{...},"noise_floor":{...},
-// "failed":[...]}; unmeasured metrics are null. Never longer than kMaxResultJsonBytes.
+// The JSON the quality gate reads (docs/eval-and-report.md): {"suite","passed","metrics":{...},
+// "noise_floor":{...},"failed":[...]}; unmeasured metrics are null. Never longer than kMaxResultJsonBytes.
 inline constexpr size_t kMaxResultJsonBytes = 4096;
 // The "suite" field is the suite as the caller named it (`eval --suite`: a bundled name or a file's
 // path), cut at the InferenceModel's own limit for spec.rollout.gates.quality.suite.

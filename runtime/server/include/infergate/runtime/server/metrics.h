@@ -1,4 +1,4 @@
-// The runtime's Prometheus metrics (prometheus-cpp), with the names fixed in CONTRACTS.md: latency
+// The runtime's Prometheus metrics (prometheus-cpp), with the names docs/metrics.md lists: latency
 // histograms, token and request counters, running/waiting and KV-block gauges, weight bytes,
 // preemptions, errors by reason and a model-info gauge. Rendered as Prometheus text for GET /metrics.
 // Thread-safe (prometheus-cpp's metrics are atomic; the error-reason family is guarded).
