@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <thread>
 
 namespace infergate {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 
@@ -20,7 +24,7 @@ TEST(Rfc3339, RoundTripsAndAcceptsOffsets) {
 TEST(Rfc3339, RefusesMalformedTimes) {
   for (const char* s : {"", "2026-11-29", "2026-13-01T00:00:00Z", "2026-11-29T19:30:00",
                         "2026-11-29T19:30:00Zjunk", "2026-11-29 19:30:00Z"}) {
-    EXPECT_FALSE(parse_rfc3339(s).ok()) << s;
+    EXPECT_TRUE(refused(parse_rfc3339(s), "", {"not an RFC 3339 time"})) << s;
   }
 }
 
@@ -28,7 +32,9 @@ TEST(Duration, ParsesUnitsAndRefusesGarbage) {
   EXPECT_EQ(*parse_duration("90s"), 90s);
   EXPECT_EQ(*parse_duration("1h30m"), 5400s);
   EXPECT_EQ(*parse_duration("30d"), std::chrono::seconds(30 * 86400));
-  for (const char* s : {"", "10", "-5s", "5x", "h"}) EXPECT_FALSE(parse_duration(s).ok()) << s;
+  EXPECT_TRUE(refused(parse_duration(""), "", {"empty duration"}));
+  EXPECT_TRUE(refused(parse_duration("5x"), "", {"unknown duration unit 'x'"}));
+  for (const char* s : {"10", "-5s", "h"}) EXPECT_TRUE(refused(parse_duration(s), "", {"duration", s})) << s;
 }
 
 TEST(FakeClock, SleepReturnsOnlyAfterAdvance) {

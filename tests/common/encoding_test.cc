@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 namespace infergate {
 namespace {
+
+using infergate::testing::refused;
 
 TEST(Hex, RoundTrips) {
   std::string bytes("\x00\x01\xab\xff", 4);
@@ -13,9 +17,9 @@ TEST(Hex, RoundTrips) {
 }
 
 TEST(Hex, RefusesOddLengthAndNonHex) {
-  EXPECT_FALSE(hex_decode("abc").ok());
-  EXPECT_FALSE(hex_decode("zz").ok());
-  EXPECT_FALSE(hex_decode(std::string("a\0", 2)).ok());
+  EXPECT_TRUE(refused(hex_decode("abc"), "", {"odd number of digits"}));
+  EXPECT_TRUE(refused(hex_decode("zz"), "", {"non-hex character at position 0"}));
+  EXPECT_TRUE(refused(hex_decode(std::string("a\0", 2)), "", {"non-hex character at position 1"}));
   EXPECT_TRUE(is_lower_hex("09af"));
   EXPECT_FALSE(is_lower_hex("09AF"));
 }
@@ -35,11 +39,11 @@ TEST(Base64, MatchesRfc4648Vectors) {
 }
 
 TEST(Base64, RefusesMalformedInput) {
-  EXPECT_FALSE(base64_decode("Zg=").ok());       // length
-  EXPECT_FALSE(base64_decode("Zm9v!A==").ok());  // alphabet
-  EXPECT_FALSE(base64_decode("Zh==").ok());      // non-canonical padding bits
-  EXPECT_FALSE(base64_decode("Z===").ok());
-  EXPECT_FALSE(base64_decode("Zm9v\nYmFy").ok());
+  EXPECT_TRUE(refused(base64_decode("Zg="), "", {"not a multiple of 4"}));
+  EXPECT_TRUE(refused(base64_decode("Zm9v!A=="), "", {"invalid character at position 4"}));
+  EXPECT_TRUE(refused(base64_decode("Zh=="), "", {"non-canonical padding"}));
+  EXPECT_TRUE(refused(base64_decode("Z==="), "", {"base64"}));
+  EXPECT_TRUE(refused(base64_decode("Zm9v\nYmFy"), "", {"base64"}));
 }
 
 }  // namespace

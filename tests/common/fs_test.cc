@@ -2,12 +2,16 @@
 #include "infergate/common/fs.h"
 
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
+#include "common/refusal.h"
 
 #include <fstream>
 
 namespace infergate {
 namespace {
+
+using infergate::testing::refused;
 
 namespace fs = std::filesystem;
 
@@ -44,7 +48,8 @@ TEST(WriteFileAtomic, ReplacesContentAndLeavesNoTemporaries) {
 
 TEST(WriteFileAtomic, FailsCleanlyInAMissingDirectory) {
   auto st = write_file_atomic("/nonexistent/infergate/x", "data");
-  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(refused(st, "", {"/nonexistent/infergate"}));
+  EXPECT_EQ(st.error().code(), ErrorCode::kNotFound) << st.error().to_string();
 }
 
 TEST(TempDir, RemovesItselfEvenWithReadOnlySubdirectories) {

@@ -3,12 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <random>
 #include <thread>
 #include <vector>
 
 namespace infergate {
 namespace {
+
+using infergate::testing::refused;
 
 TEST(Sha256, MatchesTheFipsExamples) {
   EXPECT_EQ(sha256("")->hex(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -77,13 +81,14 @@ TEST(Sha256Digest, RoundTripsThroughHexInEitherCase) {
 
 TEST(Sha256Digest, RefusesWrongLengthsAndNonHex) {
   std::string hex = sha256("abc")->hex();
-  EXPECT_FALSE(Sha256Digest::from_hex(hex.substr(0, 63)).ok());
-  EXPECT_FALSE(Sha256Digest::from_hex(hex + "0").ok());
+  EXPECT_TRUE(refused(Sha256Digest::from_hex(hex.substr(0, 63)), "", {"64 hex digits, got 63"}));
+  EXPECT_TRUE(refused(Sha256Digest::from_hex(hex + "0"), "", {"64 hex digits, got 65"}));
   std::string bad = hex;
   bad[10] = 'g';
-  EXPECT_FALSE(Sha256Digest::from_hex(bad).ok());
+  EXPECT_TRUE(
+      refused(Sha256Digest::from_hex(bad), "", {"SHA-256 digest", "non-hex character at position 10"}));
   bad[10] = '\0';
-  EXPECT_FALSE(Sha256Digest::from_hex(bad).ok());
+  EXPECT_TRUE(refused(Sha256Digest::from_hex(bad), "", {"non-hex character at position 10"}));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // against the references for every instruction set.
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -13,6 +15,8 @@
 
 namespace infergate::kernels {
 namespace {
+
+using infergate::testing::refused;
 
 using testing::Rng;
 
@@ -125,7 +129,8 @@ TEST(Rope, Llama3ScalingDividesLowFrequenciesAndKeepsHighOnes) {
   EXPECT_GT(high, 0);
   EXPECT_GT(mid, 0);
   c.llama3.high_freq_factor = 0.5f;
-  EXPECT_FALSE(rope_inv_freq(c, &scaled).ok());
+  EXPECT_TRUE(
+      refused(rope_inv_freq(c, &scaled), "", {"llama3 scaling needs", "low_freq_factor < high_freq_factor"}));
 }
 
 TEST(Rope, CpuMatchesTheReferenceForBothStylesAndPartialRotary) {
@@ -156,7 +161,7 @@ TEST(Rope, CpuMatchesTheReferenceForBothStylesAndPartialRotary) {
   }
   const RopeConfig bad{RopeStyle::kHalfSplit, 8, 5, 10000.0f, {}, {}};
   std::vector<float> inv;
-  EXPECT_FALSE(rope_inv_freq(bad, &inv).ok()) << "odd rotary_dim";
+  EXPECT_TRUE(refused(rope_inv_freq(bad, &inv), "", {"rotary_dim 5 must be even"}));
 }
 
 TEST(SiluMul, MatchesTheDefinitionAndTheReference) {
@@ -205,7 +210,7 @@ TEST(AddAndBias, CpuMatchesTheReferenceInPlace) {
     });
   }
   std::vector<float> y(4);
-  EXPECT_FALSE(bias_add_cpu(contiguous(y.data(), 1, 4), nullptr).ok());
+  EXPECT_TRUE(refused(bias_add_cpu(contiguous(y.data(), 1, 4), nullptr), "", {"bias is null"}));
 }
 
 TEST(Embedding, LooksUpRowsOfEveryTableDtypeAndRefusesUnknownIds) {

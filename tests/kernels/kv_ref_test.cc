@@ -2,6 +2,8 @@
 // the non-finite policy, int4-kivi's staging window and sealing, and refusals of bad input.
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +16,8 @@
 
 namespace infergate::kernels {
 namespace {
+
+using infergate::testing::refused;
 
 using testing::Rng;
 
@@ -376,8 +380,8 @@ TEST(KvRef, RefusesOutOfRangeIdsAndBrokenSlotOrder) {
   Pool fp8({KvDtype::kFp8E4M3, 4, 1, 8});
   fp8.cache.k_scale = bad;
   EXPECT_NE(kv_append_ref(fp8.cache, a).message().find("fp8 scale"), std::string::npos);
-  EXPECT_FALSE(validate_kv_layout({KvDtype::kInt8, 0, 1, 8}).ok());
-  EXPECT_FALSE(validate_kv_layout({KvDtype::kInt8, 16, 1, 2048}).ok());
+  EXPECT_TRUE(refused(validate_kv_layout({KvDtype::kInt8, 0, 1, 8}), "", {"kv page size 0 is outside"}));
+  EXPECT_TRUE(refused(validate_kv_layout({KvDtype::kInt8, 16, 1, 2048}), "", {"head_dim 2048 is outside"}));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // frequencies, and the refusals.
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -15,6 +17,8 @@
 
 namespace infergate::kernels {
 namespace {
+
+using infergate::testing::refused;
 using testing::Rng;
 
 const KvDtype kLatentDtypes[] = {KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kInt8,
@@ -105,8 +109,8 @@ TEST(Latent, Int4LatentGroupsOf128EndWhereTheRopeKeyStarts) {
   EXPECT_EQ(kv_latent_layout(KvDtype::kInt4, 16, 64, 16).int4_group, 64);  // the rope would share a group
   EXPECT_EQ(kv_latent_layout(KvDtype::kInt8, 16, 512, 64).int4_group, kKvInt4Group);
   EXPECT_EQ(kv_latent_page_bytes(kv_latent_layout(KvDtype::kInt4, 16, 512, 64)), 16 * 308);
-  EXPECT_FALSE(validate_kv_layout({KvDtype::kInt4Kivi, 16, 1, 576, 128}).ok());
-  EXPECT_FALSE(validate_kv_layout({KvDtype::kInt4, 16, 1, 576, 96}).ok());
+  EXPECT_TRUE(refused(validate_kv_layout({KvDtype::kInt4Kivi, 16, 1, 576, 128}), "", {"int4 group of 128"}));
+  EXPECT_TRUE(refused(validate_kv_layout({KvDtype::kInt4, 16, 1, 576, 96}), "", {"int4 group of 96"}));
   Rng rng(404);
   SCOPED_TRACE(rng.trace());
   const int32_t latent = 512, rope = 64, dim = latent + rope, n = 16;
@@ -456,7 +460,7 @@ TEST(Rope, YarnKeepsTheFastDimensionsInterpolatesTheSlowOnesAndIsTheDefaultAtFac
   ASSERT_TRUE(rope_inv_freq(c, &yarn).ok());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(yarn[i], plain[i], 1e-7 * plain[i]) << i;
   c.llama3.enabled = true;
-  EXPECT_FALSE(rope_inv_freq(c, &yarn).ok()) << "llama3 and yarn together";
+  EXPECT_TRUE(refused(rope_inv_freq(c, &yarn), "", {"llama3 and yarn scaling are exclusive"}));
 }
 
 }  // namespace

@@ -119,11 +119,13 @@ TEST(MoeRoute, RefusesRoutingTheExpertCountCannotHoldAndNonFiniteLogits) {
   r.num_groups = 3;
   EXPECT_NE(refused(r, {0, 0, 0, 0}, "groups do not divide").find("num_groups"), std::string::npos);
   r.num_groups = 4;
-  refused(r, {0, 0, 0, 0}, "groups of one");
+  const std::string one = refused(r, {0, 0, 0, 0}, "groups of one");
+  EXPECT_NE(one.find("two best experts"), std::string::npos) << one;
   r.num_groups = 2;
   r.topk_groups = 1;
   r.top_k = 3;
-  refused(r, {0, 0, 0, 0}, "one group of two cannot hold three");
+  const std::string small = refused(r, {0, 0, 0, 0}, "one group of two cannot hold three");
+  EXPECT_NE(small.find("1 groups of 2"), std::string::npos) << small;
   r.top_k = 2;
   const std::string m = refused(r, {0, NAN, 0, 0}, "NaN logit");
   EXPECT_NE(m.find("token 0"), std::string::npos) << m;

@@ -2,6 +2,8 @@
 // shapes (tiny, odd, not a multiple of the group), exact zeros, and refusals of bad input.
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -11,6 +13,8 @@
 
 namespace infergate::kernels {
 namespace {
+
+using infergate::testing::refused;
 
 using testing::Rng;
 
@@ -150,7 +154,8 @@ TEST(WeightRef, RefusesANonFiniteWeightNamingItsRowAndColumn) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("row 2, column 17"), std::string::npos) << s.message();
   w[2 * 40 + 17] = std::numeric_limits<float>::infinity();
-  EXPECT_FALSE(quantize(w, {WeightFormat::kInt8, 4, 40, 0, ScaleDtype::kF16}, &q).ok());
+  EXPECT_TRUE(refused(quantize(w, {WeightFormat::kInt8, 4, 40, 0, ScaleDtype::kF16}, &q), "",
+                      {"not finite", "row 2, column 17"}));
 }
 
 TEST(WeightRef, RefusesAScaleTheScaleDtypeCannotHold) {
@@ -160,7 +165,7 @@ TEST(WeightRef, RefusesAScaleTheScaleDtypeCannotHold) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("f16 range"), std::string::npos) << s.message();
   EXPECT_TRUE(quantize(w, {WeightFormat::kInt8, 1, 8, 0, ScaleDtype::kBF16}, &q).ok());
-  EXPECT_FALSE(quantize(w, {WeightFormat::kF16, 1, 8}, &q).ok()) << "1e7 is beyond fp16";
+  EXPECT_TRUE(refused(quantize(w, {WeightFormat::kF16, 1, 8}, &q), "", {"exceeds the fp16 range"}));
 }
 
 TEST(WeightRef, ReadsFp16AndBf16Sources) {
@@ -181,12 +186,13 @@ TEST(WeightRef, RefusesBadLayoutsWithTheReason) {
   EXPECT_NE(s.message().find("group size 48"), std::string::npos) << s.message();
   s = quantize(w, {WeightFormat::kInt8, 1, 64, 32, ScaleDtype::kF16}, &q);
   EXPECT_NE(s.message().find("takes no group size"), std::string::npos) << s.message();
-  EXPECT_FALSE(validate_weight_layout({WeightFormat::kInt8, 0, 64}).ok());
-  EXPECT_FALSE(validate_weight_layout({static_cast<WeightFormat>(9), 1, 64}).ok());
+  EXPECT_TRUE(refused(validate_weight_layout({WeightFormat::kInt8, 0, 64}), "", {"weight shape [0, 64]"}));
+  EXPECT_TRUE(refused(validate_weight_layout({static_cast<WeightFormat>(9), 1, 64}), "",
+                      {"weight format 9 is not a known format"}));
   std::vector<uint8_t> data(64);
-  EXPECT_FALSE(quantize_weight_ref({w.data(), SourceDtype::kF32, 1, 64, 64}, {WeightFormat::kInt8, 1, 64},
-                                   {data.data(), nullptr, nullptr})
-                   .ok())
+  EXPECT_TRUE(refused(quantize_weight_ref({w.data(), SourceDtype::kF32, 1, 64, 64},
+                                          {WeightFormat::kInt8, 1, 64}, {data.data(), nullptr, nullptr}),
+                      "", {"scales buffer is null"}))
       << "int8 needs a scales buffer";
   EXPECT_FALSE(quantize_weight_ref({w.data(), SourceDtype::kF32, 2, 32, 32}, {WeightFormat::kInt8, 1, 64},
                                    {data.data(), data.data(), nullptr})

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/common/encoding.h"
 
 namespace infergate::agent {
 namespace {
+
+using infergate::testing::refused;
 
 std::string reason(std::string_view text) {
   auto e = parse_envelope(text);
@@ -93,7 +97,8 @@ TEST(ParseEnvelope, RefusesTextsOverTheCapBeforeParsing) {
 
 TEST(ParseJsonUniqueKeys, AllowsTheSameKeyInDifferentObjects) {
   EXPECT_TRUE(parse_json_unique_keys(R"({"a":{"k":1},"b":{"k":2},"c":[{"k":1},{"k":2}]})", "x").ok());
-  EXPECT_FALSE(parse_json_unique_keys(R"({"a":{"k":1,"k":2}})", "x").ok());
+  EXPECT_TRUE(
+      refused(parse_json_unique_keys(R"({"a":{"k":1,"k":2}})", "x"), "", {"x: the key \"k\" appears twice"}));
 }
 
 }  // namespace

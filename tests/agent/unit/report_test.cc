@@ -3,12 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/agent/reasons.h"
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
 
 namespace infergate::agent {
 namespace {
+
+using infergate::testing::refused;
 
 Json parse_line(const std::string& line) {
   EXPECT_FALSE(line.empty());
@@ -108,7 +112,8 @@ TEST(WriteReportFile, ReplacesTheReport) {
   ASSERT_TRUE(write_report_file(dir.path() / "r.json", "one\n").ok());
   ASSERT_TRUE(write_report_file(dir.path() / "r.json", "two\n").ok());
   EXPECT_EQ(*read_file(dir.path() / "r.json"), "two\n");
-  EXPECT_FALSE(write_report_file(dir.path() / "missing/r.json", "x\n").ok());
+  EXPECT_TRUE(refused(write_report_file(dir.path() / "missing/r.json", "x\n"), "",
+                      {"writing the report", "missing/r.json"}));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <link.h>
 #include <cstring>
 
@@ -11,6 +13,8 @@
 
 namespace infergate::agent {
 namespace {
+
+using infergate::testing::refused;
 
 TEST(ParseMaps, ReadsFileBackedAnonymousSpecialAndDeletedMappings) {
   auto maps = parse_maps(
@@ -34,8 +38,9 @@ TEST(ParseMaps, RefusesAMalformedLineNamingIt) {
   auto maps = parse_maps("7f00-7f10 r--p 0 fe:00 1 /a\nnot a maps line\n");
   ASSERT_FALSE(maps.ok());
   EXPECT_NE(maps.error().message().find("line 2"), std::string::npos) << maps.error().message();
-  EXPECT_FALSE(parse_maps("7f10-7f00 r--p 0 fe:00 1 /a\n").ok()) << "end before start";
-  EXPECT_FALSE(parse_maps("7f00-7fzz r--p 0 fe:00 1 /a\n").ok());
+  EXPECT_TRUE(refused(parse_maps("7f10-7f00 r--p 0 fe:00 1 /a\n"), "", {"maps line 1 is malformed"}))
+      << "end before start";
+  EXPECT_TRUE(refused(parse_maps("7f00-7fzz r--p 0 fe:00 1 /a\n"), "", {"maps line 1 is malformed"}));
 }
 
 TEST(LooksLikeSharedObject, KnowsLibraryAndLoaderNames) {
@@ -74,8 +79,9 @@ TEST(ReadElfInfo, FindsALibrarysSoname) {
 
 TEST(ReadElfInfo, RefusesWhatIsNotAnElfOfThisProcess) {
   std::string exe = *read_file("/proc/self/exe", 1u << 30);
-  EXPECT_FALSE(read_elf_info("#!/bin/sh\n", "script").ok());
-  EXPECT_FALSE(read_elf_info(exe.substr(0, 20), "truncated").ok()) << "shorter than the ELF header";
+  EXPECT_TRUE(refused(read_elf_info("#!/bin/sh\n", "script"), "", {"script: not an ELF file"}));
+  EXPECT_TRUE(refused(read_elf_info(exe.substr(0, 20), "truncated"), "", {"truncated: not an ELF file"}))
+      << "shorter than the ELF header";
 
   std::string other_class = exe;
   other_class[EI_CLASS] = other_class[EI_CLASS] == ELFCLASS64 ? ELFCLASS32 : ELFCLASS64;

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/common/json.h"
 
 namespace infergate::agent {
 namespace {
+
+using infergate::testing::refused;
 
 ReleaseStatement sample() {
   ReleaseStatement s;
@@ -141,12 +145,12 @@ TEST(Statement, RefusesDuplicateKeys) {
 TEST(ValidateReleaseName, AcceptsModelIdsAndRefusesTheRest) {
   EXPECT_TRUE(validate_release_name("meta-llama/Llama-3.1-8B").ok());
   EXPECT_TRUE(validate_release_name("glm-4-9b:r3@v2+x_y").ok());
-  EXPECT_FALSE(validate_release_name("").ok());
-  EXPECT_FALSE(validate_release_name(std::string(254, 'a')).ok());
-  EXPECT_FALSE(validate_release_name("new\nline").ok());
+  for (const std::string& name : {std::string(), std::string(254, 'a'), std::string("new\nline")})
+    EXPECT_TRUE(refused(validate_release_name(name), "UsageError", {"a model name is 1 to 253 characters"}));
   EXPECT_TRUE(validate_weight_format("fp8_e4m3").ok());
-  EXPECT_FALSE(validate_weight_format("Int8").ok());
-  EXPECT_FALSE(validate_weight_format("").ok());
+  for (const char* format : {"Int8", ""})
+    EXPECT_TRUE(
+        refused(validate_weight_format(format), "UsageError", {"a weight format is 1 to 32 characters"}));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <set>
 
 #include "infergate/operator/cache/informer_cache.h"
@@ -10,6 +12,8 @@
 
 namespace infergate::op::cache {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 using infergate::testing::Fault;
@@ -195,7 +199,8 @@ TEST(InformerCache, AnswersReadsFromTheStores) {
   EXPECT_EQ(l->items.size(), 1u);
   EXPECT_EQ(s->request_count(), before);  // no API traffic for cached reads
   EXPECT_TRUE(client::is_not_found(cache.get(client::kinds::deployment(), "default", "zzz").error()));
-  EXPECT_FALSE(cache.get(client::kinds::pod(), "default", "a").ok());  // not cached
+  EXPECT_TRUE(refused(cache.get(client::kinds::pod(), "default", "a"), "",
+                      {"no informer caches pods"}));  // not cached
   cache.stop();
 }
 

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 namespace infergate::op::cache {
 namespace {
+
+using infergate::testing::refused;
 
 Json obj(Json labels) { return {{"metadata", {{"labels", labels}}}}; }
 
@@ -24,7 +28,7 @@ TEST(LabelSelector, MatchesEqualitySetAndExistence) {
 
 TEST(LabelSelector, RefusesMalformedSelectors) {
   for (const char* s : {"a in b", "a in (b", "a=b,", "=b", "a ~ b", "a=b c=d"}) {
-    EXPECT_FALSE(LabelSelector::parse(s).ok()) << s;
+    EXPECT_TRUE(refused(LabelSelector::parse(s), "", {std::string("label selector \"") + s + "\""})) << s;
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cstdlib>
 
 #include "infergate/common/encoding.h"
@@ -10,6 +12,8 @@
 
 namespace infergate::op::client {
 namespace {
+
+using infergate::testing::refused;
 
 constexpr const char* kKubeconfig = R"(apiVersion: v1
 kind: Config
@@ -98,13 +102,13 @@ users: [{name: u, user: {client-certificate-data: )") +
                      base64_encode("CERT") + R"(}}]
 contexts: [{name: c, context: {cluster: k, user: u}}]
 )";
-  EXPECT_FALSE(parse_kubeconfig(text, "/").ok());
+  EXPECT_TRUE(refused(parse_kubeconfig(text, "/"), "", {"kubeconfig user \"u\"", "needs its key"}));
 }
 
 TEST(Kubeconfig, RefusesGarbage) {
-  EXPECT_FALSE(parse_kubeconfig("{{{", "/").ok());
-  EXPECT_FALSE(parse_kubeconfig("- a\n- b\n", "/").ok());
-  EXPECT_FALSE(parse_kubeconfig("current-context: x\n", "/").ok());
+  EXPECT_TRUE(refused(parse_kubeconfig("{{{", "/"), "", {"kubeconfig: line 1, column 1"}));
+  EXPECT_TRUE(refused(parse_kubeconfig("- a\n- b\n", "/"), "", {"not a YAML map"}));
+  EXPECT_TRUE(refused(parse_kubeconfig("current-context: x\n", "/"), "", {"no context named \"x\""}));
 }
 
 TEST(InCluster, ReadsTheServiceAccountAndTheServiceEnvironment) {
@@ -123,7 +127,7 @@ TEST(InCluster, ReadsTheServiceAccountAndTheServiceEnvironment) {
   EXPECT_EQ(rc->ca_pem, "CA");
   EXPECT_EQ(rc->namespace_, "infergate-system");
   EXPECT_EQ(*rc->token->token(), "sa-token");
-  EXPECT_FALSE(in_cluster_config(paths).ok());  // outside a cluster
+  EXPECT_TRUE(refused(in_cluster_config(paths), "", {"KUBERNETES_SERVICE_HOST"}));  // outside a cluster
 }
 
 TEST(TokenSource, KeepsTheLastTokenWhileTheFileIsReplaced) {

@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "fixtures/tls_certs.h"
 #include "testing.h"
 
 namespace infergate::op::client {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 using infergate::testing::Fault;
@@ -180,7 +184,7 @@ TEST(RestClient, WatchEndsCleanlyAtItsTimeoutAndBreaksWhenDropped) {
   ASSERT_TRUE(op::testing::eventually([&] { return s->open_watches() == 1; }));
   s->drop_watches();
   auto broken = (*w2)->next();
-  EXPECT_FALSE(broken.ok());
+  EXPECT_TRUE(refused(broken, "ConnectionFailed", {"watch deployments.apps default"}));
 }
 
 TEST(RestClient, WatchCancelReturnsPromptly) {
@@ -234,7 +238,7 @@ TEST(RestClient, DoesNotRetryClientErrors) {
   auto s = start_server();
   RecordingClock clock;
   auto c = client_for(*s, &clock);
-  EXPECT_FALSE(c->get(kinds::deployment(), "default", "missing").ok());
+  EXPECT_TRUE(refused(c->get(kinds::deployment(), "default", "missing"), "NotFound", {"default/missing"}));
   EXPECT_TRUE(clock.sleeps().empty());
 }
 
@@ -329,7 +333,8 @@ TEST(RestClient, RefusesAServerItCannotVerify) {
   p.max_attempts = 1;
   auto c = RestClient::create(cfg, p);
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE((*c)->list(kinds::deployment(), "default", {}).ok());
+  EXPECT_TRUE(
+      refused((*c)->list(kinds::deployment(), "default", {}), "ConnectionFailed", {"list deployments.apps"}));
   cfg.ca_pem.clear();
   cfg.insecure_skip_tls_verify = true;  // only when asked for
   auto insecure = RestClient::create(cfg, p);

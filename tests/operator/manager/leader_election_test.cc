@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "testing.h"
 
 namespace infergate::op::manager {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 using infergate::testing::Fault;
@@ -58,7 +62,7 @@ TEST(LeaderElection, ACutOffLeaderStopsWithinTheRenewDeadlineAndAnotherTakesOver
   // a is cut off from the API server.
   s->add_fault(Fault{"", "/leases", "a", Fault::Watch::kAny, Fault::Kind::kStatus, 503, -1, {}, -1});
   clock.advance(9s);
-  EXPECT_FALSE(a.try_acquire_or_renew().ok());
+  EXPECT_TRUE(refused(a.try_acquire_or_renew(), "ServiceUnavailable", {"reading the leader lease"}));
   EXPECT_TRUE(a.is_leader());  // within the renew deadline
   clock.advance(1s);
   EXPECT_FALSE(a.is_leader());              // 10 s without a renewal: fenced off, by its own clock
@@ -117,9 +121,9 @@ TEST(LeaderElection, ACleanStopReleasesTheLeaseForAFastHandOver) {
 TEST(LeaderElection, RefusesInconsistentTimings) {
   auto c = cfg("a");
   c.renew_deadline = 20s;  // longer than the lease
-  EXPECT_FALSE(validate(c).ok());
+  EXPECT_TRUE(refused(validate(c), "", {"lease duration must be longer than the renew deadline"}));
   c = cfg("");
-  EXPECT_FALSE(validate(c).ok());
+  EXPECT_TRUE(refused(validate(c), "", {"identity is empty"}));
   EXPECT_TRUE(validate(cfg("a")).ok());
 }
 

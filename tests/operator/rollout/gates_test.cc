@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 
 namespace infergate::op::rollout {
 namespace {
+
+using infergate::testing::refused;
 
 const WallTime kNow = WallTime{} + std::chrono::hours(24 * 365 * 56);
 
@@ -242,7 +246,7 @@ TEST(PrometheusPath, ParsesVectorAndScalarAnswersAndRefusesErrors) {
   EXPECT_FALSE(nan->has_value());
   EXPECT_FALSE(
       parse_prometheus_value(R"({"status":"error","errorType":"bad_data","error":"parse error"})").ok());
-  EXPECT_FALSE(parse_prometheus_value("<html>").ok());
+  EXPECT_TRUE(refused(parse_prometheus_value("<html>"), "MalformedPrometheusAnswer", {"not JSON"}));
 }
 
 TEST(PrometheusPath, VerdictFromPrometheusNumbers) {

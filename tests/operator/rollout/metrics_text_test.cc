@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 
 namespace infergate::op::rollout {
 namespace {
+
+using infergate::testing::refused;
 
 const char* kExposition = R"(# HELP infergate_time_to_first_token_seconds Time to first token.
 # TYPE infergate_time_to_first_token_seconds histogram
@@ -36,8 +40,10 @@ TEST(MetricsText, RefusesAMalformedLineNamingIt) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message().find("line 2"), std::string::npos) << s.error().message();
   EXPECT_EQ(s.error().reason(), "MalformedMetrics");
-  EXPECT_FALSE(parse_prometheus_text("a one\n").ok());
-  EXPECT_FALSE(parse_prometheus_text("{x=\"1\"} 1\n").ok());
+  EXPECT_TRUE(refused(parse_prometheus_text("a one\n"), "MalformedMetrics",
+                      {"metrics line 1", "malformed value for a"}));
+  EXPECT_TRUE(refused(parse_prometheus_text("{x=\"1\"} 1\n"), "MalformedMetrics",
+                      {"metrics line 1", "expected a metric name"}));
 }
 
 TEST(MetricsText, HistogramSumsSeriesAndInterpolatesTheQuantile) {

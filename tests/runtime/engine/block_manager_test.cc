@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/kernels/formats.h"
 
 namespace infergate::runtime::engine {
 namespace {
+
+using infergate::testing::refused;
 
 KvSpec spec(KvCacheDtype d, int32_t layers = 32) { return {d, layers, 8, 128, kBlockTokens}; }
 
@@ -113,7 +117,7 @@ TEST(BlockManager, SlotsAreLimitedAndReturnedOnFree) {
   Status s = bm->add_sequence(3);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().reason(), "NoSequenceSlot");
-  EXPECT_FALSE(bm->add_sequence(1).ok());
+  EXPECT_TRUE(refused(bm->add_sequence(1), "", {"sequence 1 already holds a slot"}));
   bm->free_sequence(1);
   EXPECT_EQ(bm->free_sequence_slots(), 1);
   EXPECT_TRUE(bm->add_sequence(3).ok());

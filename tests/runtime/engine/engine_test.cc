@@ -4,11 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/common/json.h"
 #include "testing.h"
 
 namespace infergate::runtime::engine {
 namespace {
+
+using infergate::testing::refused;
 using namespace testing;
 namespace m = infergate::runtime::model;
 
@@ -126,7 +130,8 @@ TEST_F(EngineTest, AStepThatDoesNotFitRunsNothingAndLeaksNothing) {
   EXPECT_EQ(e->blocks().used_blocks(), 0) << "cancel frees at once";
   EXPECT_EQ(e->sequence(ib)->finish, FinishReason::kCancelled);
   EXPECT_TRUE(e->can_step(ia));
-  EXPECT_FALSE(e->step(std::vector<StepRequest>{{ib, 0}}).ok()) << "a finished sequence cannot step";
+  EXPECT_TRUE(refused(e->step(std::vector<StepRequest>{{ib, 0}}), "", {"sequence 1 has finished"}))
+      << "a finished sequence cannot step";
   e->release(ib);
   EXPECT_EQ(e->sequence(ib), nullptr);
 }
@@ -325,7 +330,7 @@ TEST_F(EngineTest, RefusesPromptLogprobsOutsideTheirRange) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().detail("field"), "prompt_logprobs");
   p.prompt_logprobs = -2;
-  EXPECT_FALSE(e->add_sequence(a_, p).ok());
+  EXPECT_TRUE(refused(e->add_sequence(a_, p), "InvalidSamplingParameter", {"prompt_logprobs", "got -2"}));
 }
 
 TEST_F(EngineTest, RefusesPromptPlusMaxTokensBeyondTheContext) {
@@ -337,10 +342,10 @@ TEST_F(EngineTest, RefusesPromptPlusMaxTokensBeyondTheContext) {
   auto bad = e->add_sequence({5, 320}, greedy_params(1));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().reason(), "TokenOutOfRange");
-  EXPECT_FALSE(e->add_sequence({}, greedy_params(1)).ok());
+  EXPECT_TRUE(refused(e->add_sequence({}, greedy_params(1)), "EmptyPrompt"));
   SamplingParams neg = greedy_params(1);
   neg.temperature = -1;
-  EXPECT_FALSE(e->add_sequence(a_, neg).ok());
+  EXPECT_TRUE(refused(e->add_sequence(a_, neg), "InvalidSamplingParameter", {"temperature", "got -1"}));
 }
 
 TEST_F(EngineTest, RefusesAContextLongerThanTheModelSupports) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -16,6 +18,8 @@
 
 namespace infergate::runtime::engine {
 namespace {
+
+using infergate::testing::refused;
 
 namespace k = infergate::kernels;
 namespace m = infergate::runtime::model;
@@ -89,7 +93,7 @@ TEST(TensorParallel, RefusesADegreeThatDoesNotSplitTheModel) {
   EXPECT_NE(kv.error().message().find("KV heads (4)"), std::string::npos) << kv.error().message();
   EXPECT_NE(validate_tp(shape(6, 6, 320), 191, 2).error().message().find("intermediate size"),
             std::string::npos);
-  EXPECT_FALSE(tp_shard(s, 192, 2, 2).ok());  // rank outside 0..1
+  EXPECT_TRUE(refused(tp_shard(s, 192, 2, 2), "", {"rank 2 outside 0..1"}));  // rank outside 0..1
 }
 
 TEST(TensorParallel, MoreRanksThanKvHeadsGiveEachRankTheKvHeadItsQueryHeadsRead) {
@@ -382,8 +386,10 @@ TEST(TensorParallel, RefusesInt4ColumnsThatSplitAGroup) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().reason(), "InvalidTensorParallel");
   EXPECT_NE(s.error().message().find("groups of 32"), std::string::npos) << s.error().message();
-  EXPECT_FALSE(slice_weight(*v, TpSplit::kRows, {0, 0}).ok());
-  EXPECT_FALSE(slice_weight(*v, TpSplit::kRows, {0, 1000}).ok());
+  EXPECT_TRUE(
+      refused(slice_weight(*v, TpSplit::kRows, {0, 0}), "InvalidTensorParallel", {"slice [0, 0) is empty"}));
+  EXPECT_TRUE(refused(slice_weight(*v, TpSplit::kRows, {0, 1000}), "InvalidTensorParallel",
+                      {"slice [0, 1000)", "outside the weight's 64 rows"}));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <algorithm>
 #include <set>
 
@@ -14,6 +16,8 @@
 
 namespace infergate::runtime::engine {
 namespace {
+
+using infergate::testing::refused;
 using namespace testing;
 
 // Writes SHA256SUMS for every file of the directory (as `infergate-agent manifest` would).
@@ -160,8 +164,8 @@ TEST_F(VerifiedLoadTest, AMalformedManifestIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().reason(), "ManifestMalformed");
   ASSERT_TRUE(write_file_atomic(dir_.path() / "EMPTY", "").ok());
-  EXPECT_FALSE(load(dir_.path() / "EMPTY").ok());
-  EXPECT_FALSE(load(dir_.path() / "absent").ok());
+  EXPECT_TRUE(refused(load(dir_.path() / "EMPTY"), "ManifestMalformed", {"EMPTY lists no files"}));
+  EXPECT_TRUE(refused(load(dir_.path() / "absent"), "", {"absent", "No such file"}));
 }
 
 TEST_F(VerifiedLoadTest, GenerateCommandPrintsJsonAndExitsThreeOnATamperedModel) {

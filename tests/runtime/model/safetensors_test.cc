@@ -3,7 +3,9 @@
 #include "infergate/runtime/model/safetensors.h"
 
 #include <gtest/gtest.h>
+
 #include <openssl/evp.h>
+#include "common/refusal.h"
 
 #include <cstring>
 
@@ -14,6 +16,8 @@
 
 namespace infergate::runtime::model {
 namespace {
+
+using infergate::testing::refused;
 namespace fs = std::filesystem;
 using testing::safetensors_bytes;
 using testing::safetensors_bytes_with_length;
@@ -289,7 +293,8 @@ TEST(SafetensorsWriter, ThePythonReaderRefusesWhatOurReaderRefuses) {
   testing::write_bytes(path, safetensors_bytes(kTwoTensors, std::string(13, 'x')));
   auto py = testing::run_python({testing::source_file("read_safetensors.py").string(), path.string()});
   EXPECT_FALSE(py.status.success());
-  EXPECT_FALSE(SafetensorsFile::open_path(path).ok());
+  EXPECT_TRUE(refused(SafetensorsFile::open_path(path), "InvalidSafetensors",
+                      {"gap.safetensors", "cover 12 bytes of data but the file has 13"}));
 }
 
 TEST(SafetensorsWriter, StreamsPiecesInAnyOrderAndChecksCompleteness) {
@@ -300,9 +305,10 @@ TEST(SafetensorsWriter, StreamsPiecesInAnyOrderAndChecksCompleteness) {
   uint8_t b[2] = {7, 8}, a_hi[2] = {3, 4}, a_lo[2] = {1, 2};
   ASSERT_TRUE(w->write("b", b).ok());
   ASSERT_TRUE(w->write("a", a_hi, 2).ok());
-  EXPECT_FALSE(w->write("a", a_hi, 3).ok()) << "a write past the tensor's end is refused";
-  EXPECT_FALSE(w->write("c", a_hi).ok());
-  EXPECT_FALSE(w->finish().ok()) << "tensor a is incomplete";
+  EXPECT_TRUE(refused(w->write("a", a_hi, 3), "", {"write past the end of tensor 'a'"}))
+      << "a write past the tensor's end is refused";
+  EXPECT_TRUE(refused(w->write("c", a_hi), "", {"no tensor 'c' declared"}));
+  EXPECT_TRUE(refused(w->finish(), "", {"tensor 'a' received 2 of its 4 bytes"})) << "tensor a is incomplete";
   auto w2 = SafetensorsWriter::create(path, {{"a", DType::kU8, {4}}, {"b", DType::kU8, {2}}});
   ASSERT_TRUE(w2.ok());
   ASSERT_TRUE(w2->write("a", a_hi, 2).ok());
@@ -319,7 +325,7 @@ TEST(SafetensorsWriter, RefusesDuplicateNames) {
   auto dir = testing::temp_dir();
   auto w = SafetensorsWriter::create(dir.path() / "d.safetensors",
                                      {{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}});
-  EXPECT_FALSE(w.ok());
+  EXPECT_TRUE(refused(w, "", {"tensor 'a' is given twice"}));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <random>
 #include <sstream>
 
@@ -15,6 +17,8 @@
 
 namespace infergate::runtime::model {
 namespace {
+
+using infergate::testing::refused;
 
 const std::vector<std::string>& corpus() {
   static const std::vector<std::string> lines = {
@@ -266,7 +270,7 @@ TEST(Tokenizer, DecodeRefusesUnknownIds) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().reason(), "UnknownTokenId");
   std::vector<int32_t> neg = {-1};
-  EXPECT_FALSE(b.tok.decode(neg).ok());
+  EXPECT_TRUE(refused(b.tok.decode(neg), "UnknownTokenId", {"token id -1"}));
 }
 
 TEST(Tokenizer, AcceptsMergesWrittenAsStrings) {

@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/runtime/model/quantize.h"
 #include "testing.h"
 
 namespace infergate::runtime::planner {
 namespace {
+
+using infergate::testing::refused;
 
 using kernels::KvDtype;
 using testing::config;
@@ -136,7 +140,8 @@ TEST(KvModel, RefusesATensorParallelDegreeThatDoesNotSplitTheHeads) {
   EXPECT_NE(m.error().message().find("num_attention_heads"), std::string::npos);
   // GLM-4-9B: 32 heads and 2 KV heads; 4 divides the heads and is a multiple of the KV heads.
   EXPECT_TRUE(kv_model(config("glm-4-9b-chat-hf"), KvDtype::kF16, 4).ok());
-  EXPECT_FALSE(kv_model(config("glm-4-9b-chat-hf"), KvDtype::kF16, 0).ok());
+  EXPECT_TRUE(refused(kv_model(config("glm-4-9b-chat-hf"), KvDtype::kF16, 0), "InvalidPlanInput",
+                      {"tensor_parallel: must be at least 1, got 0"}));
 }
 
 // ---- weights ----

@@ -5,12 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <functional>
 
 #include "testing.h"
 
 namespace infergate::runtime::planner {
 namespace {
+
+using infergate::testing::refused;
 
 using kernels::KvDtype;
 
@@ -183,7 +187,7 @@ TEST(Plan, ConfigMissingAFieldIsRefusedNamingIt) {
   EXPECT_EQ(m.error().reason(), "InvalidConfig");
   EXPECT_EQ(m.error().detail("field"), "vocab_size");
   auto missing = load_model(dir->path() / "absent");
-  EXPECT_FALSE(missing.ok());
+  EXPECT_TRUE(refused(missing, "", {"absent", "No such file"}));
   ASSERT_TRUE(write_file_atomic(dir->path() / "mla.json",
                                 R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 1000,
                                     "hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 2,

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include "infergate/runtime/model/unicode.h"
 
 namespace infergate::runtime::server {
 namespace {
+
+using infergate::testing::refused;
 
 struct Refusal {
   int status;
@@ -18,7 +22,8 @@ struct Refusal {
 Refusal refuse(std::string_view body, Endpoint ep = Endpoint::kCompletions) {
   ApiError e;
   auto r = parse_generate_request(body, ep, "tiny", &e);
-  EXPECT_FALSE(r.ok()) << body;
+  // The error names the parameter the OpenAI answer names.
+  EXPECT_TRUE(refused(r, "", {e.param})) << body;
   Json j = Json::parse(e.body());
   // The OpenAI error shape: every field present.
   EXPECT_TRUE(j["error"].contains("message"));

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 namespace infergate::runtime::server {
 namespace {
+
+using infergate::testing::refused;
 
 std::string render(std::string_view src, std::vector<ChatMessage> msgs, bool gen = true,
                    std::string bos = "<s>") {
@@ -101,7 +105,7 @@ TEST(ChatTemplate, RefusesUnsupportedConstructsWithTheirName) {
   ASSERT_FALSE(broken.ok());
   EXPECT_EQ(broken.error().reason(), "InvalidChatTemplate");
   auto unclosed = ChatTemplate::compile("{{ x ");
-  ASSERT_FALSE(unclosed.ok());
+  ASSERT_TRUE(refused(unclosed, "InvalidChatTemplate", {"unclosed '{{' at offset 0"}));
 }
 
 }  // namespace
