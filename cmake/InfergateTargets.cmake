@@ -24,12 +24,25 @@ function(infergate_defaults target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${INFERGATE_WARNINGS}>)
 endfunction()
 
-# infergate_library(<name> DIR <dir> [DEPS ...] [PRIVATE_DEPS ...])
+# infergate_library(<name> DIR <dir> [SOURCES <file>...] [EXCLUDE <file>...] [DEPS ...] [PRIVATE_DEPS ...])
 # A static library from <dir>/src/**.cc with public headers in <dir>/include. Sources are globbed so
 # that adding a file never needs an edit here (and parallel work never conflicts on a source list).
+# Where one folder holds a small library that a lower layer may link beside the rest (the kernels'
+# formats, the model configuration the planner reads), that library names its files with SOURCES
+# (relative to <dir>/src) and the folder's main library leaves them out with EXCLUDE.
+# DEPS are PUBLIC (what the public headers include), PRIVATE_DEPS what only the sources use; both
+# must be allowed by the layer table in docs/development.md (the `layers` test checks).
 function(infergate_library name)
-  cmake_parse_arguments(A "" "DIR" "DEPS;PRIVATE_DEPS" ${ARGN})
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${A_DIR}/src/*.cc)
+  cmake_parse_arguments(A "" "DIR" "SOURCES;EXCLUDE;DEPS;PRIVATE_DEPS" ${ARGN})
+  if(A_SOURCES)
+    list(TRANSFORM A_SOURCES PREPEND ${A_DIR}/src/ OUTPUT_VARIABLE srcs)
+  else()
+    file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${A_DIR}/src/*.cc)
+    if(A_EXCLUDE)
+      list(TRANSFORM A_EXCLUDE PREPEND ${A_DIR}/src/ OUTPUT_VARIABLE excluded)
+      list(REMOVE_ITEM srcs ${excluded})
+    endif()
+  endif()
   add_library(${name} STATIC ${srcs})
   target_include_directories(${name} PUBLIC ${A_DIR}/include PRIVATE ${A_DIR}/src)
   target_link_libraries(${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})

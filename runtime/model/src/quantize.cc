@@ -29,10 +29,6 @@ namespace fs = std::filesystem;
 constexpr uint64_t kBlockBytes = 4u << 20;  // input bytes per block
 constexpr uint64_t kCopyChunk = 8u << 20;
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 Error cancelled() {
   return Error(ErrorCode::kCancelled, "quantize: interrupted; no output was written", "Cancelled");
 }
@@ -387,16 +383,6 @@ Result<QuantizeReport> Quantizer::run() {
 }  // namespace
 
 std::string_view quantize_tool_version() { return INFERGATE_VERSION; }
-
-bool quantizer_compresses(const ExpectedTensor& e, bool quantize_lm_head) {
-  if (e.shape.size() != 2 || e.name == "model.embed_tokens.weight") return false;
-  if (e.name == "lm_head.weight" && !quantize_lm_head) return false;
-  if (ends_with(e.name, ".mlp.gate.weight")) return false;  // MoE router: small and sensitive
-  // MLA's kv_b_proj: the engine re-lays it out per head at load (W_UK transposed into the query, W_UV
-  // after attention), which a quantized copy would have to be dequantized for anyway.
-  if (ends_with(e.name, ".self_attn.kv_b_proj.weight")) return false;
-  return true;
-}
 
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options) {
   Quantizer q(options);

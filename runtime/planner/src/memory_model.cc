@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "infergate/runtime/model/quantize.h"
+#include "infergate/runtime/model/quant_scheme.h"
 #include "input_error.h"
 
 namespace infergate::runtime::planner {

@@ -9,6 +9,7 @@
 
 #include <functional>
 
+#include "infergate/common/fs.h"
 #include "testing.h"
 
 namespace infergate::runtime::planner {

@@ -19,6 +19,7 @@
 
 #include "infergate/common/result.h"
 #include "infergate/runtime/model/config.h"
+#include "infergate/runtime/model/quant_scheme.h"
 #include "infergate/runtime/model/weight_format.h"
 
 namespace infergate::runtime::model {
@@ -54,11 +55,6 @@ struct QuantizeReport {
 };
 
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options);
-
-// The quantizer's rule for which of an architecture's tensors it compresses: every 2-D linear
-// weight except the embeddings, the MoE router (mlp.gate) and, unless asked, lm_head. Norms and
-// biases (1-D) stay as they are. The capacity planner sizes weights with the same rule.
-bool quantizer_compresses(const ExpectedTensor& tensor, bool quantize_lm_head);
 
 // "quantize" tool version written into quantization.json.
 std::string_view quantize_tool_version();

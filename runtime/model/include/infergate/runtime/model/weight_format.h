@@ -8,7 +8,8 @@
 // with scales F16 or BF16, two int4 values per byte (even k in the low nibble), G in {32, 64, 128}.
 // Quantization and dequantization call the kernels' scalar reference (quantize_weight_ref), the
 // specification of every rounding decision, or its bit-identical optimised CPU version where the
-// kernels library has one, so a checkpoint and the engine's kernels always agree.
+// kernels library has one, so a checkpoint and the engine's kernels always agree. The scheme itself
+// (format, group, symmetry, scale dtype) is in quant_scheme.h.
 #pragma once
 
 #include <cstdint>
@@ -19,25 +20,10 @@
 #include "infergate/common/result.h"
 #include "infergate/kernels/formats.h"
 #include "infergate/runtime/model/dtype.h"
+#include "infergate/runtime/model/quant_scheme.h"
 #include "infergate/runtime/model/safetensors_writer.h"
 
 namespace infergate::runtime::model {
-
-enum class WeightFormat { kDense, kInt8, kInt4 };
-std::string_view weight_format_name(WeightFormat f);  // "dense", "int8", "int4"
-
-struct QuantScheme {
-  WeightFormat format = WeightFormat::kInt8;
-  int64_t group_size = 0;  // int4: 32, 64 or 128; int8: 0 (one scale per output row)
-  bool symmetric = true;   // int8 is always symmetric
-  DType scale_dtype = DType::kF16;
-
-  int64_t groups_per_row(int64_t cols) const;
-};
-// Refuses what the kernels' formats cannot hold (reason "InvalidQuantScheme").
-Status validate_scheme(const QuantScheme& s);
-// The kernels' layout of a [rows, cols] weight in this scheme.
-kernels::WeightLayout kernel_layout(const QuantScheme& s, int64_t rows, int64_t cols);
 
 // "X.weight" -> "X.qweight" / "X.scales" / "X.zeros". Empty when the name does not end in ".weight".
 std::string qweight_name(std::string_view weight_name);

@@ -19,7 +19,7 @@
 #include "infergate/kernels/formats.h"
 #include "infergate/runtime/model/config.h"
 #include "infergate/runtime/model/dtype.h"
-#include "infergate/runtime/model/weight_format.h"
+#include "infergate/runtime/model/quant_scheme.h"
 
 namespace infergate::runtime::planner {
 
