@@ -6,14 +6,14 @@
 namespace infergate::op::manager {
 
 Controller::Controller(reconcile::Reconciler& reconciler, Clock& clock, ControllerOptions options,
-                       OperatorMetrics* metrics)
+                       ControllerObserver* observer)
     : reconciler_(reconciler),
       clock_(clock),
       options_(std::move(options)),
-      metrics_(metrics),
+      observer_(observer),
       queue_(clock,
              std::make_unique<workqueue::ExponentialRateLimiter>(options_.retry_base, options_.retry_max),
-             metrics ? &metrics->queue_observer(options_.name) : nullptr) {}
+             observer ? &observer->queue_observer(options_.name) : nullptr) {}
 
 Controller::~Controller() { stop(); }
 
@@ -46,7 +46,7 @@ void Controller::process(const std::string& key) {
                                                {"error", result.error().to_string()},
                                                {"retries", retries}});
   }
-  if (metrics_) metrics_->reconcile_done(options_.name, outcome, took);
+  if (observer_) observer_->reconcile_done(options_.name, outcome, took);
 }
 
 void Controller::work() {

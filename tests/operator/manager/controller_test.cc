@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "infergate/operator/manager/leader_guard.h"
+#include "infergate/operator/manager/metrics.h"
 #include "testing.h"
 
 namespace infergate::op::manager {

@@ -5,17 +5,29 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "infergate/common/clock.h"
-#include "infergate/operator/manager/metrics.h"
 #include "infergate/operator/reconcile/reconciler.h"
 #include "infergate/operator/workqueue/work_queue.h"
 
 namespace infergate::op::manager {
+
+// What a Controller reports as it works (OperatorMetrics implements it for Prometheus). The runner
+// stays apart from the Kubernetes client: the local platform runs the same Controller without one.
+class ControllerObserver {
+ public:
+  virtual ~ControllerObserver() = default;
+  // The observer of the work queue of the controller named `controller`; called once, at construction.
+  virtual workqueue::QueueObserver& queue_observer(const std::string& controller) = 0;
+  // `result`: "success", "requeue" or "error".
+  virtual void reconcile_done(const std::string& controller, const std::string& result,
+                              std::chrono::nanoseconds took) = 0;
+};
 
 struct ControllerOptions {
   std::string name = "inferencemodel";
@@ -26,8 +38,9 @@ struct ControllerOptions {
 
 class Controller {
  public:
+  // `observer` may be null (nothing is reported).
   Controller(reconcile::Reconciler& reconciler, Clock& clock, ControllerOptions options,
-             OperatorMetrics* metrics);
+             ControllerObserver* observer);
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -47,7 +60,7 @@ class Controller {
   reconcile::Reconciler& reconciler_;
   Clock& clock_;
   ControllerOptions options_;
-  OperatorMetrics* metrics_;
+  ControllerObserver* observer_;
   workqueue::WorkQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> running_{false};

@@ -17,19 +17,20 @@
 
 #include "infergate/operator/cache/informer.h"
 #include "infergate/operator/client/rest_client.h"
+#include "infergate/operator/manager/controller.h"
 #include "infergate/operator/workqueue/work_queue.h"
 
 namespace infergate::op::manager {
 
-class OperatorMetrics final : public client::RequestObserver {
+class OperatorMetrics final : public client::RequestObserver, public ControllerObserver {
  public:
   OperatorMetrics();
   ~OperatorMetrics() override;
 
   // A QueueObserver for the work queue of one controller.
-  workqueue::QueueObserver& queue_observer(const std::string& controller);
+  workqueue::QueueObserver& queue_observer(const std::string& controller) override;
   void reconcile_done(const std::string& controller, const std::string& result,
-                      std::chrono::nanoseconds took);
+                      std::chrono::nanoseconds took) override;
   void set_leader(bool leading);
   // Informers whose stats are exported at every scrape.
   void watch_informers(std::function<std::vector<const cache::Informer*>()> informers);
