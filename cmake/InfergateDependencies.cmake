@@ -8,6 +8,11 @@ if(INFERGATE_GPU_PORTABLE)
 endif()
 find_package(OpenSSL 3 REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
+# utf8proc: the tokenizer's Unicode classes and NFC. 2.8 is Unicode 15.0, the version of the tests' oracle
+# (python3-regex in Debian 12): the classes are tested equal to it on every code point.
+# The portable GPU build links the runtime's model library, so it takes the static archive.
+set(Utf8proc_USE_STATIC_LIBS ${INFERGATE_GPU_PORTABLE})
+find_package(Utf8proc 2.8 REQUIRED)
 if(INFERGATE_BUILD_TESTS OR INFERGATE_GPU_PORTABLE)
   find_package(GTest REQUIRED)
 endif()

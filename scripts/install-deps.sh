@@ -18,8 +18,9 @@ packages=(
   libcpprest-dev libyaml-cpp-dev libssl-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # well-kept libraries instead of hand-written code: JSON, command lines, the runtime's HTTP server
-  # (Boost.Beast, header-only; cpprestsdk already pulls in Boost 1.74)
-  nlohmann-json3-dev libcli11-dev libboost1.74-dev
+  # (Boost.Beast, header-only; cpprestsdk already pulls in Boost 1.74), the tokenizer's Unicode
+  # database and NFC (utf8proc)
+  nlohmann-json3-dev libcli11-dev libboost1.74-dev libutf8proc-dev
   # tests: the independent NumPy reference, YAML checks, promtool and a real Prometheus,
   # headless rendering of the report; python3-regex (\p{L} classes) is the tokenizer tests' oracle
   python3 python3-numpy python3-yaml python3-regex prometheus chromium

@@ -1,120 +1,94 @@
-// Unicode classes, UTF-8 decoding and NFC over the generated tables.
+// Unicode classes and NFC from utf8proc's database (Debian's libutf8proc), and the UTF-8 decoding
+// the tokenizer needs around them (invalid bytes are carried through, one unit per byte).
 #include "infergate/runtime/model/unicode.h"
 
-#include <algorithm>
-#include <vector>
+#include <utf8proc.h>
 
-#include "unicode_tables.h"
+#include <cstdlib>
+#include <new>
 
 namespace infergate::runtime::model::unicode {
-namespace ud = unicode_data;
 namespace {
 
-bool in_ranges(char32_t cp, const ud::Range* r, size_t n) {
-  const ud::Range* end = r + n;
-  const ud::Range* it = std::upper_bound(r, end, static_cast<uint32_t>(cp),
-                                         [](uint32_t v, const ud::Range& x) { return v < x.lo; });
-  if (it == r) return false;
-  --it;
-  return cp <= it->hi;
+utf8proc_category_t category(char32_t cp) {
+  // utf8proc answers "unassigned" (Cn) for anything outside the code space.
+  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
 }
 
-// Hangul syllable composition constants (Unicode chapter 3.12).
-constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
-constexpr int kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount,
-              kSCount = kLCount * kNCount;
-
-const ud::Decomposition* find_decomposition(char32_t cp) {
-  const ud::Decomposition* begin = ud::kDecompositions;
-  const ud::Decomposition* end = begin + ud::kDecompositionsSize;
-  const ud::Decomposition* it = std::lower_bound(
-      begin, end, static_cast<uint32_t>(cp), [](const ud::Decomposition& d, uint32_t v) { return d.cp < v; });
-  return it != end && it->cp == cp ? it : nullptr;
+// NFC of `run` (valid UTF-8, checked by the caller) appended to `out`.
+void append_nfc(std::string& out, std::string_view run) {
+  utf8proc_uint8_t* composed = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                                          static_cast<utf8proc_ssize_t>(run.size()), &composed,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) {
+    // The run is valid UTF-8 (decode() and utf8proc agree on what is), so only memory can fail here.
+    std::free(composed);
+    throw std::bad_alloc();
+  }
+  out.append(reinterpret_cast<const char*>(composed), static_cast<size_t>(n));
+  std::free(composed);
 }
 
-void decompose(char32_t cp, std::vector<char32_t>& out) {
-  if (cp >= kSBase && cp < kSBase + kSCount) {
-    int s = static_cast<int>(cp - kSBase);
-    out.push_back(kLBase + s / kNCount);
-    out.push_back(kVBase + (s % kNCount) / kTCount);
-    if (s % kTCount != 0) out.push_back(kTBase + s % kTCount);
-    return;
+// Whether `s` holds a byte >= 0xCC: a lead byte of U+0300 and above, where NFC can change anything.
+// 64 bytes at a time without an early exit inside a block, so that the compiler vectorises the scan.
+bool has_byte_from_0xcc(std::string_view s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    uint8_t any = 0;
+    for (size_t k = 0; k < 64; ++k) any |= static_cast<uint8_t>(p[i + k] >= 0xcc);
+    if (any) return true;
   }
-  const ud::Decomposition* d = find_decomposition(cp);
-  if (!d) {
-    out.push_back(cp);
-    return;
+  for (; i < n; ++i) {
+    if (p[i] >= 0xcc) return true;
   }
-  decompose(d->first, out);
-  if (d->second) decompose(d->second, out);
+  return false;
 }
-
-char32_t compose_pair(char32_t a, char32_t b) {
-  if (a >= kLBase && a < kLBase + kLCount && b >= kVBase && b < kVBase + kVCount) {
-    return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
-  }
-  if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase &&
-      b < kTBase + kTCount) {
-    return a + (b - kTBase);
-  }
-  const ud::Composition* begin = ud::kCompositions;
-  const ud::Composition* end = begin + ud::kCompositionsSize;
-  const ud::Composition* it =
-      std::lower_bound(begin, end, std::pair<uint32_t, uint32_t>(a, b),
-                       [](const ud::Composition& c, std::pair<uint32_t, uint32_t> v) {
-                         return c.first != v.first ? c.first < v.first : c.second < v.second;
-                       });
-  return it != end && it->first == a && it->second == b ? it->composite : 0;
-}
-
-// A code point, or an invalid byte carried through normalisation (marked with a high bit that no
-// code point has).
-constexpr char32_t kRawByte = 0x80000000u;
 
 }  // namespace
 
-std::string_view tables_version() { return ud::kUnicodeVersion; }
+std::string_view unicode_version() { return utf8proc_unicode_version(); }
 
 bool is_letter(char32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return in_ranges(cp, ud::kLetterRanges, ud::kLetterRangesSize);
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: return true;
+    default: return false;
+  }
 }
 
 bool is_number(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return in_ranges(cp, ud::kNumberRanges, ud::kNumberRangesSize);
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO: return true;
+    default: return false;
+  }
 }
 
 bool is_whitespace(char32_t cp) {
-  // The White_Space property, unchanged since Unicode 6.3.
-  switch (cp) {
-    case 0x09:
-    case 0x0A:
-    case 0x0B:
-    case 0x0C:
-    case 0x0D:
-    case 0x20:
-    case 0x85:
-    case 0xA0:
-    case 0x1680:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000: return true;
-    default: return cp >= 0x2000 && cp <= 0x200A;
+  // The White_Space property: the space separators (Zs), the line and paragraph separators (Zl, Zp),
+  // and the controls U+0009..U+000D and U+0085 (not U+001C..U+001F, which Python's str.isspace() adds).
+  if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x85) return true;
+  if (cp < 0x80) return cp == 0x20;
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: return true;
+    default: return false;
   }
 }
 
 uint8_t combining_class(char32_t cp) {
   if (cp < 0x300) return 0;
-  const ud::ClassRange* begin = ud::kCombiningClasses;
-  const ud::ClassRange* end = begin + ud::kCombiningClassesSize;
-  const ud::ClassRange* it = std::upper_bound(begin, end, static_cast<uint32_t>(cp),
-                                              [](uint32_t v, const ud::ClassRange& x) { return v < x.lo; });
-  if (it == begin) return 0;
-  --it;
-  return cp <= it->hi ? it->ccc : 0;
+  return static_cast<uint8_t>(utf8proc_get_property(static_cast<utf8proc_int32_t>(cp))->combining_class);
 }
 
 Unit decode(std::string_view s, size_t i) {
@@ -214,73 +188,25 @@ void append_utf8(std::string& out, char32_t cp) {
 
 std::string nfc(std::string_view s) {
   // Fast path: text below U+0300 is already in NFC (nothing there decomposes or combines).
-  bool simple = true;
-  for (size_t i = 0; i < s.size() && simple; ++i) {
-    uint8_t b = static_cast<uint8_t>(s[i]);
-    if (b >= 0xcc) simple = false;  // lead bytes of U+0300 and above
-  }
-  if (simple) return std::string(s);
+  if (!has_byte_from_0xcc(s)) return std::string(s);
 
-  // 1. Full canonical decomposition.
-  std::vector<char32_t> cps;
-  cps.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    Unit u = decode(s, i);
-    if (u.valid) {
-      decompose(u.cp, cps);
-    } else {
-      cps.push_back(kRawByte | u.cp);
+  // utf8proc normalises valid UTF-8 only. An invalid byte is a starter that composes with nothing
+  // and that no mark reorders across, so NFC of the whole is NFC of each valid run between them,
+  // with the invalid bytes kept in place.
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t start = i;
+    while (i < s.size()) {
+      const Unit u = decode(s, i);
+      if (!u.valid) break;
+      i += u.len;
     }
-    i += u.len;
+    if (i > start) append_nfc(out, s.substr(start, i - start));
+    while (i < s.size() && !decode(s, i).valid) out.push_back(s[i++]);
   }
-  auto ccc = [](char32_t cp) -> uint8_t { return (cp & kRawByte) ? 0 : combining_class(cp); };
-  // 2. Canonical ordering: stable sort of each run of non-starters by combining class.
-  for (size_t i = 0; i < cps.size();) {
-    if (ccc(cps[i]) == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < cps.size() && ccc(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + static_cast<long>(i), cps.begin() + static_cast<long>(j),
-                     [&](char32_t a, char32_t b) { return ccc(a) < ccc(b); });
-    i = j;
-  }
-  // 3. Canonical composition.
-  std::vector<char32_t> out;
-  out.reserve(cps.size());
-  size_t starter = SIZE_MAX;  // index in out of the last starter
-  int last_ccc = -1;          // class of the last character appended after the starter
-  for (char32_t cp : cps) {
-    uint8_t c = ccc(cp);
-    if (starter != SIZE_MAX && !(cp & kRawByte) && !(out[starter] & kRawByte)) {
-      bool blocked = last_ccc != -1 && (last_ccc == 0 || last_ccc >= c);
-      if (!blocked) {
-        char32_t composite = compose_pair(out[starter], cp);
-        if (composite) {
-          out[starter] = composite;
-          continue;
-        }
-      }
-    }
-    if (c == 0) {
-      starter = out.size();
-      last_ccc = -1;
-    } else {
-      last_ccc = c;
-    }
-    out.push_back(cp);
-  }
-  std::string result;
-  result.reserve(s.size());
-  for (char32_t cp : out) {
-    if (cp & kRawByte) {
-      result.push_back(static_cast<char>(cp & 0xff));
-    } else {
-      append_utf8(result, cp);
-    }
-  }
-  return result;
+  return out;
 }
 
 }  // namespace infergate::runtime::model::unicode

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 
 #include "infergate/common/encoding.h"
 #include "testing.h"
@@ -118,6 +119,59 @@ TEST(Unicode, ReplaceInvalidUtf8SubstitutesEachMaximalIllFormedSubpartOnce) {
     EXPECT_EQ(hex_encode(replace_invalid_utf8(in)), hex_encode(want)) << "input " << hex_encode(in);
     EXPECT_TRUE(is_valid_utf8(replace_invalid_utf8(in)));
   }
+}
+
+// The classes behind \p{L}, \p{N} and \s over the whole code space, against the tokenizer tests'
+// oracle (Python's regex module): the database is utf8proc's, and the two must be the same Unicode
+// version (Debian 12: utf8proc 2.8 and python3-regex 2022.10.31, both Unicode 15.0).
+TEST(Unicode, ClassesAgreeWithPythonRegexOnEveryCodePoint) {
+  std::string ours;
+  ours.reserve(0x110000);
+  for (char32_t cp = 0; cp < 0x110000; ++cp) {
+    ours.push_back(static_cast<char>('0' + is_letter(cp) + 2 * is_number(cp) + 4 * is_whitespace(cp)));
+  }
+  auto dir = testing::temp_dir();
+  testing::write_bytes(dir.path() / "ours.txt", ours);
+  std::string script =
+      "import sys, regex\n"
+      "L, N, S = regex.compile(r'\\p{L}'), regex.compile(r'\\p{N}'), regex.compile(r'\\s')\n"
+      "ours = open(sys.argv[1]).read()\n"
+      "bad = []\n"
+      "for cp in range(0x110000):\n"
+      "    if 0xD800 <= cp <= 0xDFFF: continue\n"
+      "    c = chr(cp)\n"
+      "    v = (1 if L.match(c) else 0) + (2 if N.match(c) else 0) + (4 if S.match(c) else 0)\n"
+      "    if str(v) != ours[cp]: bad.append('U+%04X python %d ours %s' % (cp, v, ours[cp]))\n"
+      "print(len(bad))\n"
+      "print('; '.join(bad[:10]))\n";
+  testing::write_bytes(dir.path() / "classes.py", script);
+  auto r = testing::run_python({(dir.path() / "classes.py").string(), (dir.path() / "ours.txt").string()});
+  ASSERT_TRUE(r.status.success()) << r.err;
+  std::istringstream out(r.out);
+  std::string count, first;
+  std::getline(out, count);
+  std::getline(out, first);
+  EXPECT_EQ(count, "0")
+      << "code points classified differently (1 letter, 2 number, 4 space), utf8proc's Unicode "
+      << unicode_version() << ": " << first;
+}
+
+TEST(Unicode, NfcNormalisesEachValidRunAroundInvalidBytesAndKeepsNulBytes) {
+  EXPECT_EQ(hex_encode(nfc(std::string("a\0e\xcc\x81", 5))), hex_encode(std::string("a\0\xc3\xa9", 4)));
+  EXPECT_EQ(nfc("e\xcc\x81\xff"
+                "e\xcc\x81\xe2\x84\xab"),
+            "\xc3\xa9\xff\xc3\xa9\xc3\x85");
+  EXPECT_EQ(nfc("\xcc\x81\xff\xcc\x81"), "\xcc\x81\xff\xcc\x81");  // marks with no starter stay as they are
+  EXPECT_EQ(nfc("\xe1\x84\x80\xff\xe1\x85\xa1"),
+            "\xe1\x84\x80\xff\xe1\x85\xa1");  // no Hangul L+V across a byte
+}
+
+TEST(Unicode, CharactersOfUnicode15AreClassified) {
+  // Added in Unicode 15.0 (Kawi, Nag Mundari): the hand-written Unicode 14 tables this replaced
+  // called them "other".
+  EXPECT_TRUE(is_letter(0x11F04)) << "KAWI LETTER A, Unicode " << unicode_version();
+  EXPECT_TRUE(is_number(0x11F50)) << "KAWI DIGIT ZERO";
+  EXPECT_TRUE(is_letter(0x1E4D0)) << "NAG MUNDARI LETTER O";
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The Unicode the tokenizer needs, without a regex engine or ICU: UTF-8 decoding that tolerates
-// invalid bytes, the Letter / Number / White_Space classes behind \p{L}, \p{N} and \s, and NFC.
-// Tables are generated from Python's unicodedata (tools/gen_unicode_tables.py).
+// The Unicode the tokenizer needs, without a regex engine: UTF-8 decoding that tolerates invalid
+// bytes, the Letter / Number / White_Space classes behind \p{L}, \p{N} and \s, and NFC. The classes
+// and NFC come from utf8proc's Unicode database (Debian's libutf8proc); thread-safe, no state.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,8 @@
 
 namespace infergate::runtime::model::unicode {
 
-// The Unicode version the tables were generated from ("14.0.0").
-std::string_view tables_version();
+// The Unicode version of utf8proc's database ("15.0.0" with Debian 12's utf8proc 2.8).
+std::string_view unicode_version();
 
 bool is_letter(char32_t cp);      // general category L* (\p{L})
 bool is_number(char32_t cp);      // general category N* (\p{N})
