@@ -7,12 +7,14 @@
 namespace infergate::agent {
 namespace {
 
-constexpr std::array<ReasonInfo, 39> kReasons = {{
+constexpr std::array<ReasonInfo, 40> kReasons = {{
     {Reason::kVerified, "Verified", 0, "every check passed"},
     {Reason::kUsageError, "UsageError", 2, "bad command line: unknown flag, missing value, bad number"},
     {Reason::kKeyInvalid, "KeyInvalid", 3, "a key file cannot be read or is not a supported key"},
     {Reason::kArtifactDirInvalid, "ArtifactDirInvalid", 4, "DIR does not exist or is not a directory"},
     {Reason::kMetadataInvalid, "MetadataInvalid", 5, "the weight format cannot be determined (sign)"},
+    {Reason::kWeightsInvalid, "WeightsInvalid", 6,
+     "the weights disagree with their quantization config, or no described format holds them (sign)"},
     {Reason::kPolicyUnsupported, "PolicyUnsupported", 9,
      "the release's format cannot carry a check the policy asks for (a version in an OMS bundle)"},
     {Reason::kSignatureMissing, "SignatureMissing", 10, "neither release.dsse.json nor model.sig is present"},
@@ -64,6 +66,7 @@ ErrorCode code_for(Reason r) {
     case Reason::kKeyInvalid:
     case Reason::kArtifactDirInvalid:
     case Reason::kMetadataInvalid:
+    case Reason::kWeightsInvalid:
     case Reason::kPolicyUnsupported: return ErrorCode::kInvalidArgument;
     case Reason::kSignatureMissing:
     case Reason::kManifestMissing:

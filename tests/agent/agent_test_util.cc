@@ -1,6 +1,8 @@
 // Test helpers (see agent_test_util.h).
 #include "agent_test_util.h"
 
+#include <cstring>
+
 #include "infergate/agent/manifest/oms_check.h"
 #include "infergate/agent/signing/dsse.h"
 #include "infergate/agent/signing/sigstore_bundle.h"
@@ -18,9 +20,10 @@
 
 namespace infergate::agent::testing {
 
-std::string safetensors_bytes(const std::string& dtype, size_t elements, size_t element_bytes, char fill) {
+std::string safetensors_bytes(const std::string& dtype, size_t elements, size_t element_bytes, char fill,
+                              const std::string& name) {
   size_t n = elements * element_bytes;
-  Json header = {{"weight", {{"dtype", dtype}, {"shape", {elements}}, {"data_offsets", {0, n}}}},
+  Json header = {{name, {{"dtype", dtype}, {"shape", {elements}}, {"data_offsets", {0, n}}}},
                  {"__metadata__", {{"format", "pt"}}}};
   std::string h = header.dump();
   std::string out;
@@ -31,6 +34,161 @@ std::string safetensors_bytes(const std::string& dtype, size_t elements, size_t 
   return out;
 }
 
+std::string safetensors_tensors(const std::vector<TensorBytes>& tensors) {
+  static const std::map<std::string, size_t> kSize = {{"F32", 4}, {"BF16", 2}, {"F16", 2}, {"F8_E4M3", 1},
+                                                      {"I32", 4}, {"I64", 8},  {"I8", 1},  {"U8", 1}};
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::string data;
+  for (const TensorBytes& t : tensors) {
+    uint64_t n = 1;
+    for (uint64_t d : t.shape) n *= d;
+    std::string bytes = t.bytes;
+    if (bytes.empty()) {
+      bytes.assign(n * kSize.at(t.dtype), '\0');
+      for (uint64_t i = 0; i < n; ++i) {
+        if (t.dtype == "F32") {
+          const float one = 1.0f;
+          std::memcpy(bytes.data() + 4 * i, &one, 4);
+        } else if (t.dtype == "BF16") {
+          bytes[2 * i + 1] = '\x3f', bytes[2 * i] = '\x80';
+        } else if (t.dtype == "F16") {
+          bytes[2 * i + 1] = '\x3c';
+        }
+      }
+    }
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + bytes.size()}}};
+    data += bytes;
+  }
+  std::string h = header.dump();
+  std::string out;
+  uint64_t len = h.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  return out + h + data;
+}
+
+namespace {
+
+std::string int64_pair(int64_t a, int64_t b) {
+  std::string s(16, '\0');
+  std::memcpy(s.data(), &a, 8);
+  std::memcpy(s.data() + 8, &b, 8);
+  return s;
+}
+
+// Dense layer 0, MoE layer 1 (two routed experts, a shared expert, the router); `linear` writes each
+// linear (module, N, K, routed expert?).
+std::vector<TensorBytes> moe_model(const std::function<void(std::vector<TensorBytes>&, const std::string&,
+                                                            uint64_t, uint64_t, bool)>& linear) {
+  std::vector<TensorBytes> t = {{"model.embed_tokens.weight", "BF16", {64, 32}, {}},
+                                {"lm_head.weight", "BF16", {64, 32}, {}},
+                                {"model.norm.weight", "BF16", {32}, {}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", "BF16", {32}, {}});
+    linear(t, p + "self_attn.q_proj", 32, 32, false);
+    linear(t, p + "self_attn.o_proj", 32, 32, false);
+    if (l == 0) {
+      linear(t, p + "mlp.up_proj", 64, 32, false);
+      linear(t, p + "mlp.down_proj", 32, 64, false);
+      continue;
+    }
+    t.push_back({p + "mlp.gate.weight", "BF16", {2, 32}, {}});
+    t.push_back({p + "mlp.gate.e_score_correction_bias", "F32", {2}, {}});
+    for (const std::string e : {"mlp.experts.0.", "mlp.experts.1.", "mlp.shared_experts."}) {
+      const bool routed = e != "mlp.shared_experts.";
+      linear(t, p + e + "up_proj", 64, 32, routed);
+      linear(t, p + e + "down_proj", 32, 64, routed);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> kimi_thinking_files(
+    const std::function<void(std::vector<TensorBytes>&)>& edit) {
+  auto tensors =
+      moe_model([](std::vector<TensorBytes>& t, const std::string& m, uint64_t n, uint64_t k, bool routed) {
+        if (!routed) {
+          t.push_back({m + ".weight", "BF16", {n, k}, {}});
+          return;
+        }
+        t.push_back({m + ".weight_packed", "I32", {n, k / 8}, {}});
+        t.push_back({m + ".weight_scale", "BF16", {n, k / 32}, {}});
+        t.push_back(
+            {m + ".weight_shape", "I64", {2}, int64_pair(static_cast<int64_t>(n), static_cast<int64_t>(k))});
+      });
+  if (edit) edit(tensors);
+  const Json weights = {{"actorder", nullptr},
+                        {"block_structure", nullptr},
+                        {"dynamic", false},
+                        {"group_size", 32},
+                        {"num_bits", 4},
+                        {"observer", "minmax"},
+                        {"observer_kwargs", Json::object()},
+                        {"strategy", "group"},
+                        {"symmetric", true},
+                        {"type", "int"}};
+  const Json q = {{"config_groups",
+                   {{"group_0",
+                     {{"input_activations", nullptr},
+                      {"output_activations", nullptr},
+                      {"targets", {"Linear"}},
+                      {"weights", weights}}}}},
+                  {"format", "pack-quantized"},
+                  {"ignore",
+                   {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                    R"(re:.*mlp\.(gate|up|gate_up|down)_proj.*)"}},
+                  {"kv_cache_scheme", nullptr},
+                  {"quant_method", "compressed-tensors"},
+                  {"quantization_status", "compressed"}};
+  const Json config = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                       {"model_type", "kimi_k2"},
+                       {"num_hidden_layers", 2},
+                       {"torch_dtype", "bfloat16"},
+                       {"quantization_config", q}};
+  return {{"config.json", config.dump(2)},
+          {"model.safetensors", safetensors_tensors(tensors)},
+          {"tokenizer.json", R"({"model":{"type":"BPE"}})"}};
+}
+
+std::map<std::string, std::string> ours_int8_files() {
+  const Json q = {{"quant_method", "infergate"}, {"weight_format", "int8"}, {"bits", 8}, {"group_size", 0},
+                  {"symmetric", true},           {"scale_dtype", "float16"}};
+  const Json record = {{"format_version", 1},
+                       {"weight_format", "int8"},
+                       {"quantized", {{"model.layers.0.mlp.up_proj.weight", {{"shape", {16, 8}}}}}}};
+  return {
+      {"config.json", Json({{"torch_dtype", "float16"}, {"quantization_config", q}}).dump()},
+      {"quantization.json", record.dump()},
+      {"model.safetensors", safetensors_tensors({{"model.layers.0.mlp.up_proj.qweight", "I8", {16, 8}, {}},
+                                                 {"model.layers.0.mlp.up_proj.scales", "F16", {16}, {}},
+                                                 {"model.norm.weight", "F16", {8}, {}}})}};
+}
+
+std::map<std::string, std::string> deepseek_fp8_files() {
+  auto tensors =
+      moe_model([](std::vector<TensorBytes>& t, const std::string& m, uint64_t n, uint64_t k, bool) {
+        t.push_back({m + ".weight", "F8_E4M3", {n, k}, {}});
+        t.push_back({m + ".weight_scale_inv", "F32", {(n + 127) / 128, (k + 127) / 128}, {}});
+      });
+  const Json q = {{"activation_scheme", "dynamic"},
+                  {"fmt", "e4m3"},
+                  {"quant_method", "fp8"},
+                  {"weight_block_size", {128, 128}}};
+  const Json config = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                       {"model_type", "deepseek_v3"},
+                       {"num_hidden_layers", 2},
+                       {"torch_dtype", "bfloat16"},
+                       {"quantization_config", q}};
+  return {{"config.json", config.dump(2)}, {"model.safetensors", safetensors_tensors(tensors)}};
+}
+
+fs::path pre_description_fixture(const std::string& name) {
+  return fs::path(INFERGATE_SOURCE_DIR) / "tests/agent/fixtures/pre-description" / name;
+}
+
 void write_file(const fs::path& dir, const std::string& path, const std::string& content) {
   fs::path p = dir / path;
   fs::create_directories(p.parent_path());
@@ -39,11 +197,16 @@ void write_file(const fs::path& dir, const std::string& path, const std::string&
   ASSERT_TRUE(f.good()) << p;
 }
 
+std::string default_shard(int shard, char fill) {
+  return shard == 1 ? safetensors_bytes("F16", 40000, 2, fill, "model.embed_tokens.weight")
+                    : safetensors_bytes("F16", 30000, 2, fill, "model.norm.weight");
+}
+
 std::map<std::string, std::string> default_model_files() {
   return {{"config.json", R"({"architectures":["LlamaForCausalLM"],"torch_dtype":"float16"})"},
           {"tokenizer.json", R"({"model":{"type":"BPE"}})"},
-          {"model-00001-of-00002.safetensors", safetensors_bytes("F16", 40000, 2, 1)},
-          {"model-00002-of-00002.safetensors", safetensors_bytes("F16", 30000, 2, 2)},
+          {"model-00001-of-00002.safetensors", default_shard(1, 1)},
+          {"model-00002-of-00002.safetensors", default_shard(2, 2)},
           {"extra/generation_config.json", R"({"do_sample":false})"}};
 }
 

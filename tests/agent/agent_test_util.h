@@ -24,8 +24,34 @@ namespace infergate::agent::testing {
 
 namespace fs = std::filesystem;
 
-// A small safetensors file: one tensor of `elements` values of `dtype` (F16, BF16, I8, ...).
-std::string safetensors_bytes(const std::string& dtype, size_t elements, size_t element_bytes, char fill = 1);
+// A small safetensors file: one tensor `name` of `elements` values of `dtype` (F16, BF16, I8, ...).
+std::string safetensors_bytes(const std::string& dtype, size_t elements, size_t element_bytes, char fill = 1,
+                              const std::string& name = "weight");
+// Shard 1 or 2 of the default model (each its own tensor, as a checkpoint's shards are), filled with `fill`.
+std::string default_shard(int shard, char fill);
+
+// A safetensors file of several tensors; `bytes` empty means: filled with 1.0 for float dtypes (so scales
+// are valid), zeros otherwise.
+struct TensorBytes {
+  std::string name;
+  std::string dtype;  // "BF16", "I32", "F8_E4M3", ...
+  std::vector<uint64_t> shape;
+  std::string bytes;
+};
+std::string safetensors_tensors(const std::vector<TensorBytes>& tensors);
+
+// A tiny Kimi-K2-Thinking-shaped release (config.json with its compressed-tensors quantization_config and
+// ignore list, model.safetensors): one dense layer, one MoE layer with two routed experts in
+// pack-quantized INT4 (group 32, symmetric, I32 packed words, I64 weight_shape), the rest BF16.
+// `edit` may change the tensors before they are written.
+std::map<std::string, std::string> kimi_thinking_files(
+    const std::function<void(std::vector<TensorBytes>&)>& edit = {});
+// Our own int8 release as `infergate-runtime quantize` writes it: config.json's infergate
+// quantization_config, quantization.json, one linear's qweight (I8) and scales (F16).
+std::map<std::string, std::string> ours_int8_files();
+// A tiny DeepSeek-V3-shaped FP8 release: every linear F8_E4M3 with F32 128x128 weight_scale_inv, the
+// router and lm_head BF16, e_score_correction_bias F32.
+std::map<std::string, std::string> deepseek_fp8_files();
 
 // Writes `content` to dir/path, creating parent directories.
 void write_file(const fs::path& dir, const std::string& path, const std::string& content);
@@ -66,6 +92,11 @@ void sign_raw(Release& r, const std::string& manifest_text,
 
 // A fresh key pair written as prefix.key / prefix.pub.pem.
 PrivateKey make_key(const fs::path& prefix, KeyType type = KeyType::kEd25519);
+
+// Statements signed before the weights description decided the format (tests/agent/fixtures/pre-description,
+// made by its make.sh with the agent of commit 18c4046): "int4-fake" (weightFormat int4) and "fp8-dtype"
+// (weightFormat fp8_e4m3), with key.pub.pem.
+fs::path pre_description_fixture(const std::string& name);
 
 // The checked-in OMS fixtures (tests/agent/fixtures/oms, made by its make.sh with sigstore-js).
 fs::path oms_fixture(const std::string& name);

@@ -9,6 +9,7 @@
 #include "infergate/common/encoding.h"
 #include "infergate/common/json.h"
 #include "infergate/common/manifest.h"
+#include "infergate/weights/scheme.h"
 
 namespace infergate::agent {
 namespace {
@@ -21,8 +22,6 @@ bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          std::string_view("._:/@+-").find(c) != std::string_view::npos;
 }
-
-bool format_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
 
 Result<const Json*> field(const Json& obj, std::string_view key, std::string_view path) {
   auto it = obj.find(std::string(key));
@@ -64,10 +63,10 @@ Status validate_release_name(std::string_view name) {
 }
 
 Status validate_weight_format(std::string_view format) {
-  if (format.empty() || format.size() > kMaxWeightFormatBytes ||
-      !std::all_of(format.begin(), format.end(), format_char)) {
-    return refusal(Reason::kUsageError,
-                   "a weight format is 1 to 32 characters of a-z 0-9 _ (e.g. int8, bf16)");
+  if (!weights::is_statement_word(format)) {
+    return refusal(
+        Reason::kUsageError,
+        "a weight format is 1 to 32 characters of a-z 0-9 _ - (e.g. int8, bf16, fp8-block, int4-ct-g32-sym)");
   }
   return ok_status();
 }

@@ -62,8 +62,14 @@ Result<std::string> verified_weight_format(int root_fd, const OmsStatement& s, c
                             [](const ManifestEntry& a, const ManifestEntry& b) { return a.path == b.path; }),
                 entries.end());
   INFERGATE_ASSIGN_OR_RETURN(Manifest listed, Manifest::from_entries(std::move(entries)));
-  INFERGATE_ASSIGN_OR_RETURN(std::optional<std::string> detected, detect_weight_format(root_fd, listed));
-  std::string format = detected.value_or("");
+  // OMS signs no weight format: the release's own description is the only source. Weights it cannot
+  // describe leave the format unknown, which only a stage that expects a format refuses.
+  auto detected = detect_weight_format(root_fd, listed);
+  if (!detected.ok() &&
+      (reason_of(detected.error()) != Reason::kWeightsInvalid || policy.expect_weight_format)) {
+    return std::move(detected).error();
+  }
+  std::string format = detected.ok() ? detected->value_or("") : "";
   if (policy.expect_weight_format && format != *policy.expect_weight_format) {
     return refusal(Reason::kWeightFormatMismatch,
                    "the release holds " +

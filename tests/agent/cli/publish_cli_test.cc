@@ -215,8 +215,7 @@ TEST(SignCli, WritesAnEd25519SignatureThatOpensslVerifies) {
 
 TEST(SignCli, WritesAnEcdsaP256SignatureThatOpensslVerifies) {
   Workspace w;
-  write_file(w.dir, "quantization.json", R"({"format":"int8","group_size":128})");
-  write_file(w.dir, "model.safetensors", testing::safetensors_bytes("I8", 1000, 1));
+  for (const auto& [path, content] : testing::ours_int8_files()) write_file(w.dir, path, content);
   ASSERT_EQ(run_agent({"manifest", w.dir.string()}).exit_code, 0);
   ASSERT_EQ(run_agent({"keygen", "--out", w.key.string(), "--type", "ecdsa-p256"}).exit_code, 0);
   AgentRun v = sign_and_verify(w, {"--expires", "30d"});
@@ -229,6 +228,65 @@ TEST(SignCli, WritesAnEcdsaP256SignatureThatOpensslVerifies) {
                " " + pae.string());
   EXPECT_TRUE(ok.status.success()) << ok.out << ok.err;
   EXPECT_NE(ok.out.find("Verified OK"), std::string::npos);
+}
+
+// A published release is signed as it is published: its word comes from the weights description,
+// with no --weight-format, and verify --expect-weight-format compares the same word.
+TEST(SignCli, SignsPublishedReleasesWithTheirOwnFormatWord) {
+  for (const auto& [files, word] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {testing::kimi_thinking_files(), "int4-ct-g32-sym"},
+           {testing::deepseek_fp8_files(), "fp8-block"}}) {
+    Workspace w;
+    for (const auto& [path, content] : files) write_file(w.dir, path, content);
+    ASSERT_EQ(run_agent({"manifest", w.dir.string()}).exit_code, 0);
+    AgentRun v = sign_and_verify(w);
+    ASSERT_EQ(v.exit_code, 0) << v.err;
+    EXPECT_EQ(v.report["weightFormat"], word);
+    const std::string pub = w.key.string() + ".pub.pem";
+    EXPECT_EQ(
+        run_agent({"verify", w.dir.string(), "--public-key", pub, "--expect-weight-format", word}).exit_code,
+        0);
+    AgentRun other =
+        run_agent({"verify", w.dir.string(), "--public-key", pub, "--expect-weight-format", "int4"});
+    EXPECT_EQ(other.exit_code, 18) << other.err;
+    // A --weight-format that contradicts the description is refused.
+    AgentRun wrong = run_agent({"sign", w.dir.string(), "--key", w.key.string() + ".key", "--name", "m",
+                                "--version", "2", "--weight-format", "bf16"});
+    EXPECT_EQ(wrong.exit_code, 5) << wrong.err;
+  }
+}
+
+TEST(SignCli, RefusesWeightsThatDisagreeWithTheirConfigNamingTheTensor) {
+  Workspace w;
+  const std::string scale = "model.layers.1.mlp.experts.0.up_proj.weight_scale";
+  for (const auto& [path, content] : testing::kimi_thinking_files([&](std::vector<testing::TensorBytes>& t) {
+         std::erase_if(t, [&](const testing::TensorBytes& x) { return x.name == scale; });
+       })) {
+    write_file(w.dir, path, content);
+  }
+  ASSERT_EQ(run_agent({"manifest", w.dir.string()}).exit_code, 0);
+  ASSERT_EQ(run_agent({"keygen", "--out", w.key.string()}).exit_code, 0);
+  AgentRun s =
+      run_agent({"sign", w.dir.string(), "--key", w.key.string() + ".key", "--name", "m", "--version", "1"});
+  EXPECT_EQ(s.exit_code, 6) << s.err;
+  EXPECT_NE(s.err.find(scale), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("MissingQuantPart"), std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(w.dir / "release.dsse.json"));
+}
+
+// Statements signed before the description decided the word keep verifying, words and all, although
+// sign would now refuse those artifacts (tests/agent/fixtures/pre-description).
+TEST(VerifyCli, StatementsSignedBeforeTheDescriptionKeepVerifying) {
+  for (const auto& [name, word] :
+       std::vector<std::pair<std::string, std::string>>{{"int4-fake", "int4"}, {"fp8-dtype", "fp8_e4m3"}}) {
+    Workspace w;
+    fs::copy(testing::pre_description_fixture(name), w.dir,
+             fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const std::string pub = testing::pre_description_fixture("key.pub.pem").string();
+    AgentRun v = run_agent({"verify", w.dir.string(), "--public-key", pub, "--expect-weight-format", word});
+    EXPECT_EQ(v.exit_code, 0) << name << ": " << v.err;
+    EXPECT_EQ(v.report.value("weightFormat", ""), word);
+  }
 }
 
 }  // namespace

@@ -407,7 +407,7 @@ TEST(VerifyCli, RefusesShardsOfOneReleaseWithTheManifestAndSignatureOfAnother) {
   Release v1 = make_release(v1_spec);
   ReleaseSpec v2_spec;
   v2_spec.version = 4;
-  v2_spec.files["model-00002-of-00002.safetensors"] = testing::safetensors_bytes("F16", 30000, 2, 9);
+  v2_spec.files["model-00002-of-00002.safetensors"] = testing::default_shard(2, 9);
   Release v2 = make_release(v2_spec);
   for (const char* f : {"SHA256SUMS", "release.dsse.json"}) {
     fs::copy_file(v2.dir / f, v1.dir / f, fs::copy_options::overwrite_existing);

@@ -16,6 +16,7 @@ enum class Reason {
   kKeyInvalid,
   kArtifactDirInvalid,
   kMetadataInvalid,
+  kWeightsInvalid,
   kPolicyUnsupported,
   kSignatureMissing,
   kSignatureMalformed,

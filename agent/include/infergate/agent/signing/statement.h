@@ -18,7 +18,6 @@ namespace infergate::agent {
 inline constexpr std::string_view kStatementType = "https://in-toto.io/Statement/v1";
 inline constexpr std::string_view kReleasePredicateType = "https://infergate.dev/release/v1";
 inline constexpr size_t kMaxNameBytes = 253;
-inline constexpr size_t kMaxWeightFormatBytes = 32;
 
 struct ReleaseStatement {
   Sha256Digest manifest_digest;        // subject[0]: {"name": "SHA256SUMS", "digest": {"sha256": ...}}
