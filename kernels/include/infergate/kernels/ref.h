@@ -10,6 +10,7 @@
 #include "infergate/kernels/formats.h"
 #include "infergate/kernels/kv_cache.h"
 #include "infergate/kernels/ops.h"
+#include "infergate/kernels/published.h"
 #include "infergate/kernels/status.h"
 #include "infergate/kernels/tensor.h"
 
@@ -45,6 +46,31 @@ Status quantize_weight_ref(const MatrixSource& src, const WeightLayout& layout, 
 
 // W [N, K] as fp32 into out [N, K].
 Status dequantize_weight_ref(const WeightView& w, View2<float> out);
+
+// ---- Published formats (published.h) ----
+
+// Quantizes src [N, K] into a published layout. The choices (the formats fix only the decoding):
+//   fp8 block / channel: s = amax / 448 over the block / row (finite), rounded UP to the scale storage
+//     (kF32 keeps it), q = e4m3(x / s), round to nearest even; an all-zero block stores s = 1;
+//     (x / s is computed as x * (1/s) everywhere, as for our own formats, so implementations agree);
+//     with scale_ue8m0, s is rounded up to a power of two first;
+//   ct int4 symmetric: s = amax / 7.5 rounded up, q = clamp(rne(x / s), -8, 7), u = q + 8
+//     (compressed-tensors' minmax observer: the code -8 is used);
+//   ct int4 asymmetric, AWQ, GPTQ asymmetric: lo = min(0, min x), hi = max(0, max x), s = (hi - lo) / 15
+//     rounded up, z = clamp(rne(-lo / s), 0, 15) (ct stores z - 8 + 8), q = clamp(rne(x / s) + z, 0, 15);
+//     GPTQ v1 cannot store z = 0 (z - 1 would wrap to 15, read back as 16): there lo = -hi / 14, so z = 1;
+//   GPTQ symmetric: s = amax / 7.5 rounded up, z = 8.
+//   Scales use the group of each column: g_idx[k] with act_order, else k / G.
+// So |x - dequant(x)| <= s / 2 for every int4 element, and fp8 keeps e4m3's relative step (2^-4).
+// Errors: a NaN or infinite weight (naming row and column), shapes that disagree, a scale beyond its
+// storage's range, an act-order g_idx that is out of range or assigns a group the wrong number of columns.
+Status quantize_published_ref(const MatrixSource& src, const PublishedLayout& layout,
+                              const PublishedBuffers& out);
+
+// W [N, K] as fp32 into out [N, K]. Refuses (naming the position) what would decode to noise: a scale
+// that is NaN, infinite or negative, an fp8 NaN code (0x7F / 0xFF), a g_idx entry outside [0, groups)
+// or a g_idx that assigns some group another number of columns than column order would.
+Status dequantize_published_ref(const PublishedView& w, View2<float> out);
 
 // ==== KV cache =====================================================================================
 
