@@ -100,7 +100,27 @@ const bool kMakeTestModel = register_command(
        app.add_option("--v-head-dim", mla.v_head_dim, "deepseek_v3: per-head value width")
            ->capture_default_str();
        app.add_flag("!--no-yarn", mla.yarn, "deepseek_v3: plain rope instead of YaRN");
-       return [o, arch, dtype]() {
+       m::TestPublishedOptions& pub = o->published;
+       app.add_option(
+           "--weight-format", pub.format,
+           "write the linear layers as a published release does: fp8-block (DeepSeek-V3, Kimi-K2-Instruct), "
+           "fp8-channel (GLM-4.5/4.6-FP8), int4-ct-<gG|ch>-<sym|asym> (compressed-tensors, Kimi-K2-Thinking: "
+           "int4-ct-g32-sym), awq-<gG>, gptq-<gG>[-v2]; default: dense");
+       auto modules = std::make_shared<std::string>("default");
+       app.add_option(
+              "--quantized-modules", *modules,
+              "which linears --weight-format quantizes: default (routed experts for int4-ct on MoE, as "
+              "Kimi-K2-Thinking; every linear but lm_head otherwise), all, routed-experts")
+           ->check(CLI::IsMember({"default", "all", "routed-experts"}))
+           ->capture_default_str();
+       app.add_flag("--act-order", pub.act_order,
+                    "int4-ct and gptq: group columns by activation order (g_idx)");
+       app.add_flag("--ue8m0-scales", pub.ue8m0, "fp8-block: power-of-two scales (scale_fmt ue8m0)");
+       return [o, arch, dtype, modules]() {
+         using Modules = m::TestPublishedOptions::Modules;
+         o->published.modules = *modules == "all"              ? Modules::kAllLinear
+                                : *modules == "routed-experts" ? Modules::kRoutedExperts
+                                                               : Modules::kDefault;
          static const std::map<std::string, m::Architecture> archs = {
              {"llama", m::Architecture::kLlama},       {"qwen2", m::Architecture::kQwen2},
              {"glm", m::Architecture::kGlm},           {"glm4", m::Architecture::kGlm4},

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -11,9 +12,12 @@
 
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
+#include "infergate/runtime/model/checkpoint.h"
+#include "infergate/runtime/model/published_weights.h"
 #include "infergate/runtime/model/safetensors_writer.h"
 #include "infergate/runtime/model/staged_dir.h"
 #include "infergate/runtime/model/tokenizer.h"
+#include "infergate/weights/quantization_config.h"
 
 namespace infergate::runtime::model {
 namespace {
@@ -391,33 +395,265 @@ void encode_values(const float* v, size_t n, DType dtype, uint8_t* out) {
   }
 }
 
-Status write_tensor(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& plan,
-                    const TestModelOptions& o) {
-  Rng rng(seed_for(o.seed, t.name));
+// Values [start, start + m) of a tensor of `cols` columns, drawn from `rng` in element order.
+void draw_values(Rng& rng, const Plan& plan, uint64_t cols, uint64_t start, uint64_t m, float* vals) {
+  for (uint64_t i = 0; i < m; ++i) {
+    double v = plan.mean + plan.std * rng.normal();
+    if (!plan.row_scale.empty()) v *= plan.row_scale[(start + i) / cols];
+    if (!plan.col_scale.empty()) v *= plan.col_scale[(start + i) % cols];
+    vals[i] = static_cast<float>(v);
+  }
+}
+
+uint64_t element_count(const ExpectedTensor& t) {
   uint64_t n = 1;
   for (uint64_t d : t.shape) n *= d;
+  return n;
+}
+
+// A dense tensor, streamed in chunks, stored as `dtype`.
+Status write_tensor(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& plan,
+                    const TestModelOptions& o, DType dtype) {
+  Rng rng(seed_for(o.seed, t.name));
+  const uint64_t n = element_count(t);
   const uint64_t cols = t.shape.size() < 2 ? 1 : t.shape.back();  // a vector's rows are its elements
-  const size_t esize = dtype_size(o.dtype);
+  const size_t esize = dtype_size(dtype);
   constexpr uint64_t kChunk = 1u << 20;
   std::vector<float> vals;
   std::vector<uint8_t> bytes;
   for (uint64_t start = 0; start < n; start += kChunk) {
     uint64_t m = std::min(kChunk, n - start);
     vals.resize(m);
-    for (uint64_t i = 0; i < m; ++i) {
-      double v = plan.mean + plan.std * rng.normal();
-      if (!plan.row_scale.empty()) v *= plan.row_scale[(start + i) / cols];
-      if (!plan.col_scale.empty()) v *= plan.col_scale[(start + i) % cols];
-      vals[i] = static_cast<float>(v);
-    }
+    draw_values(rng, plan, cols, start, m, vals.data());
     bytes.resize(m * esize);
-    encode_values(vals.data(), m, o.dtype, bytes.data());
+    encode_values(vals.data(), m, dtype, bytes.data());
     INFERGATE_RETURN_IF_ERROR(w.write(t.name, bytes, start * esize));
   }
   return ok_status();
 }
 
+// A linear layer in a published format: the same values a dense model of these options holds (drawn
+// alike and rounded to --dtype), quantized into the format's tensors.
+Status write_published(SafetensorsWriter& w, const ExpectedTensor& t, const Plan& plan,
+                       const TestModelOptions& o, const weights::Scheme& scheme) {
+  Rng rng(seed_for(o.seed, t.name));
+  const uint64_t rows = t.shape[0], cols = t.shape[1];
+  std::vector<float> vals(rows * cols);
+  draw_values(rng, plan, cols, 0, vals.size(), vals.data());
+  std::vector<uint8_t> stored(vals.size() * dtype_size(o.dtype));
+  encode_values(vals.data(), vals.size(), o.dtype, stored.data());
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if (o.dtype == DType::kF16) {
+      uint16_t h;
+      std::memcpy(&h, stored.data() + 2 * i, 2);
+      vals[i] = f16_to_f32(h);
+    } else if (o.dtype == DType::kBF16) {
+      uint16_t h;
+      std::memcpy(&h, stored.data() + 2 * i, 2);
+      vals[i] = bf16_to_f32(h);
+    }
+  }
+  INFERGATE_ASSIGN_OR_RETURN(std::vector<QuantizedPart> parts,
+                             quantize_published_linear(t.name, vals.data(), rows, cols, scheme));
+  for (const QuantizedPart& p : parts) INFERGATE_RETURN_IF_ERROR(w.write(p.spec.name, p.bytes));
+  return ok_status();
+}
+
+// The published scheme make-test-model writes, from its options (nullopt for a dense model).
+Result<std::optional<weights::Scheme>> published_scheme(const TestModelOptions& o) {
+  const TestPublishedOptions& p = o.published;
+  if (p.format.empty()) {
+    if (p.act_order || p.ue8m0 || p.modules != TestPublishedOptions::Modules::kDefault) {
+      return option_error("--weight-format",
+                          "--act-order, --ue8m0-scales and --quantized-modules need a format");
+    }
+    return std::optional<weights::Scheme>();
+  }
+  auto parsed = weights::parse_format_word(p.format);
+  if (!parsed.ok()) return option_error("--weight-format", parsed.error().message());
+  weights::Scheme s = *parsed;
+  using weights::Family;
+  if (!weights::is_quantized(s.family) || s.family == Family::kInfergateInt8 ||
+      s.family == Family::kInfergateInt4) {
+    return option_error("--weight-format",
+                        "'" + p.format +
+                            "' is not a published format (fp8-block, fp8-channel, int4-ct-..., "
+                            "awq-..., gptq-...); our int8/int4 come from `infergate-runtime quantize`");
+  }
+  if (p.act_order && s.family != Family::kCtInt4 && s.family != Family::kGptqInt4)
+    return option_error("--act-order", "only int4-ct and gptq have an activation order");
+  if (p.act_order && s.group_size == 0) return option_error("--act-order", "needs groups (not -ch)");
+  if (p.ue8m0 && s.family != Family::kFp8Block)
+    return option_error("--ue8m0-scales", "only fp8-block has ue8m0 scales");
+  s.act_order = p.act_order;
+  s.scale_ue8m0 = p.ue8m0;
+  s.dense_dtype = weights::parse_dtype(dtype_name(o.dtype)).value_or(weights::Dtype::kBF16);
+  switch (s.family) {
+    case Family::kFp8Block: s.scale_dtype = weights::Dtype::kF32; break;  // DeepSeek-V3's weight_scale_inv
+    case Family::kAwqInt4:
+    case Family::kGptqInt4: s.scale_dtype = weights::Dtype::kF16; break;  // AutoAWQ / AutoGPTQ: fp16
+    default: s.scale_dtype = s.dense_dtype; break;                        // compressed-tensors: the weights'
+  }
+  return std::optional<weights::Scheme>(s);
+}
+
+bool routed_experts_only(const TestModelOptions& o, const weights::Scheme& s) {
+  using M = TestPublishedOptions::Modules;
+  if (o.published.modules != M::kDefault) return o.published.modules == M::kRoutedExperts;
+  const bool moe = o.arch == Architecture::kGlm4Moe || o.arch == Architecture::kDeepseekV3;
+  return moe && s.family == weights::Family::kCtInt4;
+}
+
+// Whether make-test-model writes `t` quantized in the published scheme.
+bool writes_quantized(const ExpectedTensor& t, bool experts_only) {
+  const auto [module, suffix] = weights::split_tensor_name(t.name);
+  if (suffix != "weight" || t.shape.size() != 2 || module == "lm_head") return false;
+  if (weights::is_embedding_module(module) || weights::is_router_module(module)) return false;
+  return !experts_only || module.find(".mlp.experts.") != std::string_view::npos;
+}
+
+// The config's exclusions: Kimi-K2-Thinking's ignore list when only routed experts are quantized;
+// lm_head for compressed-tensors otherwise; nothing for fp8 / AWQ / GPTQ (whose loaders leave lm_head).
+std::vector<std::string> published_exclusions(const weights::Scheme& s, bool experts_only) {
+  if (experts_only) {
+    return {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+            R"(re:.*mlp\.(gate|up|gate_up|down)_proj.*)"};
+  }
+  if (s.family == weights::Family::kCtInt4 || s.family == weights::Family::kFp8Channel) return {"lm_head"};
+  return {};
+}
+
 std::string dump(const OJson& j) { return j.dump(2) + "\n"; }
+
+// One tensor of the architecture as stored: dense (in `dtype`) or as a published format's parts.
+struct StoredTensor {
+  const ExpectedTensor* tensor = nullptr;
+  bool quantized = false;
+  DType dtype = DType::kF16;
+  std::vector<TensorSpec> specs;
+  uint64_t bytes() const {
+    uint64_t b = 0;
+    for (const TensorSpec& s : specs) {
+      uint64_t n = dtype_size(s.dtype);
+      for (uint64_t d : s.shape) n *= d;
+      b += n;
+    }
+    return b;
+  }
+};
+
+Result<std::vector<StoredTensor>> stored_tensors(const std::vector<ExpectedTensor>& tensors,
+                                                 const TestModelOptions& o,
+                                                 const std::optional<weights::Scheme>& scheme,
+                                                 bool experts_only) {
+  std::vector<StoredTensor> out;
+  for (const ExpectedTensor& t : tensors) {
+    StoredTensor st;
+    st.tensor = &t;
+    st.quantized = scheme && writes_quantized(t, experts_only);
+    if (st.quantized) {
+      INFERGATE_ASSIGN_OR_RETURN(st.specs, published_part_specs(t.name, t.shape[0], t.shape[1], *scheme)
+                                               .context("--weight-format " + o.published.format));
+    } else {
+      // Published releases keep the router's score-correction bias in F32 (DeepSeek-V3, Kimi-K2, GLM-4.5).
+      st.dtype = scheme && t.name.ends_with(".e_score_correction_bias") ? DType::kF32 : o.dtype;
+      st.specs.push_back({t.name, st.dtype, t.shape});
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// The tensors of one shard, drawn in parallel: each comes from its own generator (seeded by its name)
+// and goes to its own byte range (pwrite), so the file is the same for any thread count. A
+// ~1B-parameter model (the CUDA decode benchmark's) takes minutes on one core.
+Status write_shard(SafetensorsWriter& w, const std::vector<const StoredTensor*>& members,
+                   const TestModelOptions& o, const ModelConfig& parsed,
+                   const std::optional<weights::Scheme>& scheme) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::optional<Error> first_error;
+  auto worker = [&] {
+    for (size_t j = next++; j < members.size(); j = next++) {
+      const StoredTensor& st = *members[j];
+      const Plan plan = plan_for(*st.tensor, o, parsed);
+      Status s = st.quantized ? write_published(w, *st.tensor, plan, o, *scheme)
+                              : write_tensor(w, *st.tensor, plan, o, st.dtype);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first_error) first_error = s.error();
+        next = members.size();
+      }
+    }
+  };
+  const size_t nthreads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(nthreads, members.size()); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (first_error) return *first_error;
+  return w.finish();
+}
+
+// Weights, in the architecture's order (a quantized linear's parts together), split into shards when
+// asked, plus the index of a sharded checkpoint.
+Status write_weights(const fs::path& dir, const std::vector<ExpectedTensor>& tensors,
+                     const TestModelOptions& o, const ModelConfig& parsed,
+                     const std::optional<weights::Scheme>& scheme, bool experts_only) {
+  INFERGATE_ASSIGN_OR_RETURN(std::vector<StoredTensor> stored,
+                             stored_tensors(tensors, o, scheme, experts_only));
+  std::vector<std::vector<const StoredTensor*>> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (const StoredTensor& st : stored) {
+    const uint64_t b = st.bytes();
+    if (o.max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + b > o.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&st);
+    shard_bytes += b;
+    total += b;
+  }
+  const bool sharded = shards.size() > 1;
+  std::vector<std::pair<std::string, std::string>> map_entries;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    const std::string file = sharded ? std::string(name) : std::string("model.safetensors");
+    std::vector<TensorSpec> specs;
+    for (const StoredTensor* st : shards[s]) {
+      for (const TensorSpec& spec : st->specs) {
+        specs.push_back(spec);
+        map_entries.emplace_back(spec.name, file);
+      }
+    }
+    INFERGATE_ASSIGN_OR_RETURN(SafetensorsWriter w,
+                               SafetensorsWriter::create(dir / file, specs, {{"format", "pt"}}));
+    INFERGATE_RETURN_IF_ERROR(write_shard(w, shards[s], o, parsed, scheme));
+  }
+  if (sharded) {
+    std::sort(map_entries.begin(), map_entries.end());
+    OJson weight_map = OJson::object();
+    for (const auto& [t, f] : map_entries) weight_map[t] = f;
+    OJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "model.safetensors.index.json", dump(index)));
+  }
+  return ok_status();
+}
+
+// A published release made here must read back, through the one description, as the format asked for.
+Status check_published(const fs::path& dir, const weights::Scheme& scheme) {
+  INFERGATE_ASSIGN_OR_RETURN(ModelDirectory md, ModelDirectory::open(dir));
+  INFERGATE_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(md));
+  weights::ReleaseMetadata meta;
+  INFERGATE_ASSIGN_OR_RETURN(weights::WeightDescription d, describe_checkpoint(md, ckpt, &meta));
+  INFERGATE_ASSIGN_OR_RETURN(std::string want, weights::format_word(scheme));
+  if (d.word != want) {
+    return Error(ErrorCode::kInternal,
+                 "make-test-model wrote a release that describes as " + d.word + ", not " + want);
+  }
+  return ok_status();
+}
 
 }  // namespace
 
@@ -425,6 +661,12 @@ std::string_view test_model_training_text() { return kTrainingText; }
 
 Status make_test_model(const TestModelOptions& o) {
   INFERGATE_RETURN_IF_ERROR(validate(o));
+  INFERGATE_ASSIGN_OR_RETURN(std::optional<weights::Scheme> scheme, published_scheme(o));
+  const bool experts_only = scheme && routed_experts_only(o, *scheme);
+  if (experts_only && o.arch != Architecture::kGlm4Moe && o.arch != Architecture::kDeepseekV3) {
+    return option_error("--quantized-modules",
+                        "routed experts need a MoE architecture (glm4_moe, deepseek_v3, kimi_k2)");
+  }
   const int64_t intermediate = o.intermediate > 0 ? o.intermediate : (8 * o.hidden / 3 + 31) / 32 * 32;
 
   // Tokenizer: byte-level BPE on the built-in text; specials after the merges; reserved specials fill up.
@@ -445,6 +687,11 @@ Status make_test_model(const TestModelOptions& o) {
 
   OJson config = config_json(o, intermediate, bos, eos, im_end);
   INFERGATE_ASSIGN_OR_RETURN(ModelConfig parsed, parse_model_config(config.dump(), "config.json"));
+  if (scheme) {
+    INFERGATE_ASSIGN_OR_RETURN(
+        Json qc, weights::quantization_config_json(*scheme, published_exclusions(*scheme, experts_only)));
+    config["quantization_config"] = OJson::parse(qc.dump());
+  }
 
   OJson tok_config = {{"bos_token", kSpecialTokens[0]},
                       {"eos_token", kSpecialTokens[1]},
@@ -464,67 +711,9 @@ Status make_test_model(const TestModelOptions& o) {
   INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "tokenizer_config.json", dump(tok_config)));
   INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "generation_config.json", dump(gen_config)));
 
-  // Weights, in the architecture's order, split into shards when asked.
-  std::vector<ExpectedTensor> tensors = expected_tensors(parsed);
-  std::vector<std::vector<size_t>> shards(1);
-  uint64_t shard_bytes = 0, total = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t b = dtype_size(o.dtype);
-    for (uint64_t d : tensors[i].shape) b *= d;
-    if (o.max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + b > o.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(i);
-    shard_bytes += b;
-    total += b;
-  }
-  const bool sharded = shards.size() > 1;
-  OJson weight_map = OJson::object();
-  std::vector<std::pair<std::string, std::string>> map_entries;
-  for (size_t s = 0; s < shards.size(); ++s) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    std::string file = sharded ? std::string(name) : std::string("model.safetensors");
-    std::vector<TensorSpec> specs;
-    for (size_t i : shards[s]) {
-      specs.push_back({tensors[i].name, o.dtype, tensors[i].shape});
-      map_entries.emplace_back(tensors[i].name, file);
-    }
-    INFERGATE_ASSIGN_OR_RETURN(SafetensorsWriter w,
-                               SafetensorsWriter::create(dir / file, specs, {{"format", "pt"}}));
-    // Tensors are drawn in parallel: each comes from its own generator (seeded by its name) and goes
-    // to its own byte range (pwrite), so the file is the same for any thread count. A ~1B-parameter
-    // model (the CUDA decode benchmark's) takes minutes on one core.
-    const std::vector<size_t>& members = shards[s];
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    std::optional<Error> first_error;
-    auto worker = [&] {
-      for (size_t j = next++; j < members.size(); j = next++) {
-        const size_t i = members[j];
-        Status st = write_tensor(w, tensors[i], plan_for(tensors[i], o, parsed), o);
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!first_error) first_error = st.error();
-          next = members.size();
-        }
-      }
-    };
-    const size_t nthreads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < std::min(nthreads, members.size()); ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (first_error) return *first_error;
-    INFERGATE_RETURN_IF_ERROR(w.finish());
-  }
-  if (sharded) {
-    std::sort(map_entries.begin(), map_entries.end());
-    for (const auto& [t, f] : map_entries) weight_map[t] = f;
-    OJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    INFERGATE_RETURN_IF_ERROR(write_file_atomic(dir / "model.safetensors.index.json", dump(index)));
-  }
+  const std::vector<ExpectedTensor> tensors = expected_tensors(parsed);
+  INFERGATE_RETURN_IF_ERROR(write_weights(dir, tensors, o, parsed, scheme, experts_only));
+  if (scheme) INFERGATE_RETURN_IF_ERROR(check_published(dir, *scheme));
   return staged.commit();
 }
 

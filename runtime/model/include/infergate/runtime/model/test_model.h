@@ -67,6 +67,25 @@ struct TestMlaOptions {
   bool kimi = false;              // model_type kimi_k2 instead of deepseek_v3
 };
 
+// A published weight format to write the linear layers in, exactly as the publishers' tools write it
+// (published_weights.h has the tensors, weights/quantization_config.h the config keys): the float
+// weights are drawn as for a dense model, rounded to --dtype, then quantized, so the dense model of the
+// same options is the original the release was made from.
+struct TestPublishedOptions {
+  // "" (a dense model), or a format word (weights/scheme.h): fp8-block[-RxC], fp8-channel,
+  // int4-ct-<gG|ch>-<sym|asym>, awq-<gG|ch>, gptq-<gG|ch>[-v2]. Our own int8/int4 come from `quantize`.
+  std::string format;
+  bool act_order = false;  // int4-ct and gptq: group columns by activation order (g_idx)
+  bool ue8m0 = false;      // fp8-block: scale_fmt ue8m0 (power-of-two scales, as DeepSeek-V3.1)
+  // Which linears are quantized: kDefault is the routed experts only for int4-ct on a MoE architecture
+  // (Kimi-K2-Thinking: attention, shared experts and dense MLPs stay BF16, listed in `ignore`), and
+  // every linear but lm_head otherwise (DeepSeek-V3 / Kimi-K2-Instruct FP8, GLM-4.5-FP8, AWQ, GPTQ).
+  // The MoE router (mlp.gate), embeddings and norms are never quantized; with a published format the
+  // router's e_score_correction_bias is F32, as those releases store it.
+  enum class Modules { kDefault, kAllLinear, kRoutedExperts };
+  Modules modules = Modules::kDefault;
+};
+
 struct TestModelOptions {
   std::filesystem::path out;
   Architecture arch = Architecture::kLlama;  // kLlama, kQwen2, kGlm, kGlm4, kGlm4Moe or kDeepseekV3
@@ -85,6 +104,7 @@ struct TestModelOptions {
   bool force = false;            // replace a non-empty output directory
   TestMoeOptions moe;            // kGlm4Moe and kDeepseekV3
   TestMlaOptions mla;            // kDeepseekV3 only
+  TestPublishedOptions published;
 };
 
 // Writes the model into options.out atomically (see staged_dir.h). Errors name the offending option.
