@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 struct Case {
   std::string name;
   Architecture arch;
-  std::string format;  // "" for our own int4, made with quantize
+  std::string format;  // a format word, or "ours-int8" / "ours-int4" (made with quantize)
   int64_t intermediate = 0;
   bool act_order = false;
   TestPublishedOptions::Modules modules = TestPublishedOptions::Modules::kDefault;
@@ -82,13 +82,13 @@ std::unique_ptr<Described> check_case(const Case& c, const fs::path& root, const
   TestModelOptions o = options(original, c);
   o.published = TestPublishedOptions{};
   testing::make_small_model(o);
-  if (c.format.empty()) {  // ours: quantize the original
+  if (c.format.starts_with("ours-")) {  // ours: quantize the original
     QuantizeOptions q;
     q.model = original;
     q.out = model;
-    q.scheme.format = WeightFormat::kInt4;
-    q.scheme.group_size = 32;
-    q.scheme.symmetric = false;
+    q.scheme.format = c.format == "ours-int8" ? WeightFormat::kInt8 : WeightFormat::kInt4;
+    q.scheme.group_size = c.format == "ours-int8" ? 0 : 32;
+    q.scheme.symmetric = c.format == "ours-int8";
     auto r = quantize_model(q);
     EXPECT_TRUE(r.ok()) << r.error().to_string();
   } else {
@@ -184,8 +184,12 @@ INSTANTIATE_TEST_SUITE_P(
                              DType::kF16},
                         "gptq-g64-v2"),
         // Ours, made by quantize from the same original (K 100: a ragged last group of 4).
-        std::make_tuple(
-            Case{"llama_ours_int4", Architecture::kLlama, "", 100, false, M::kDefault, DType::kF16}, "int4")),
+        std::make_tuple(Case{"llama_ours_int4", Architecture::kLlama, "ours-int4", 100, false, M::kDefault,
+                             DType::kF16},
+                        "int4"),
+        std::make_tuple(Case{"llama_ours_int8", Architecture::kLlama, "ours-int8", 100, false, M::kDefault,
+                             DType::kF16},
+                        "int8")),
     [](const auto& p) { return std::get<0>(p.param).name; });
 
 TEST(PublishedRelease, KimiK2ThinkingKeepsAttentionSharedExpertsAndDenseMlpsInBf16) {
