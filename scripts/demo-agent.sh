@@ -26,10 +26,11 @@ step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 show() { printf '$ %s\n' "$*" | sed -e "s|$agent|infergate-agent|g" -e "s|$work/||g"; }
 run() { show "$@"; "$@" 2>&1 | sed "s|$work/||g"; }
 
-# A safetensors shard: 8-byte little-endian header length, a JSON header, then the tensor bytes.
+# A safetensors shard: 8-byte little-endian header length, a JSON header, then the tensor bytes; each
+# shard holds its own tensor (model.layers.N.weight), as a checkpoint's shards do.
 shard() {
-  local file=$1 elements=$2
-  local header="{\"model.layers.0.weight\":{\"dtype\":\"F16\",\"shape\":[$elements],\"data_offsets\":[0,$((2 * elements))]}}"
+  local file=$1 elements=$2 layer=$3
+  local header="{\"model.layers.$layer.weight\":{\"dtype\":\"F16\",\"shape\":[$elements],\"data_offsets\":[0,$((2 * elements))]}}"
   local n=${#header} i bytes=""
   for i in 0 1 2 3 4 5 6 7; do bytes+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
   printf '%b' "$bytes" >"$file"
@@ -50,8 +51,8 @@ verify() {
 step "1. A small model directory (Hugging Face layout, fp16 safetensors shards)"
 printf '{"architectures":["GlmForCausalLM"],"torch_dtype":"float16","num_hidden_layers":2}\n' >"$model/config.json"
 printf '{"model":{"type":"BPE","vocab":{}}}\n' >"$model/tokenizer.json"
-shard "$model/model-00001-of-00002.safetensors" 2000000
-shard "$model/model-00002-of-00002.safetensors" 1500000
+shard "$model/model-00001-of-00002.safetensors" 2000000 0
+shard "$model/model-00002-of-00002.safetensors" 1500000 1
 (cd "$work" && find glm-demo -type f -printf '%10s  %p\n' | sort -k2)
 
 step "2. keygen: an Ed25519 key pair"

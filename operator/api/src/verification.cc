@@ -58,7 +58,7 @@ VerificationReport parse_termination_message(std::string_view text, int exit_cod
   r.expected = str(j, "expected", 256);
   r.actual = str(j, "actual", 256);
   r.name = str(j, "name", 253);
-  r.weight_format = str(j, "weightFormat", 16);
+  r.weight_format = str(j, "weightFormat", 32);  // a statement word: up to 32 characters
   r.exit_code = exit_code;
   if (auto it = j.find("exitCode"); it != j.end() && it->is_number_integer()) r.exit_code = it->get<int>();
   if (auto it = j.find("version"); it != j.end() && it->is_number_integer()) r.version = it->get<int64_t>();

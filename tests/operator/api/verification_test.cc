@@ -19,6 +19,12 @@ TEST(TerminationMessage, ReadsAVerifiedRelease) {
   EXPECT_EQ(*r.version, 3);
 }
 
+TEST(TerminationMessage, KeepsAPublishedFormatWordWhole) {
+  auto r = parse_termination_message(
+      R"({"reason":"Verified","releaseDigest":")" + kDigest + R"(","weightFormat":"int4-ct-g128-asym"})", 0);
+  EXPECT_EQ(r.weight_format, "int4-ct-g128-asym");
+}
+
 TEST(TerminationMessage, ReadsARefusalWithFile) {
   auto r = parse_termination_message(
       R"({"reason":"DigestMismatch","message":"digest differs","file":"model-00003.safetensors","expected":"aa","actual":"bb","exitCode":5})",

@@ -69,17 +69,43 @@ class RolloutE2E : public OperatorFixture {
   void release(const std::string& path, const std::string& format, int version) {
     const auto d = root_ / path;
     std::filesystem::create_directories(d);
-    ASSERT_TRUE(write_file_atomic(d / "config.json", R"({"model_type":"llama"})").ok());
-    ASSERT_TRUE(write_file_atomic(d / "model.safetensors", safetensors(static_cast<char>(version))).ok());
-    if (format != "fp16") {
-      // A compressed release names its format (what `infergate-runtime quantize` writes).
-      ASSERT_TRUE(write_file_atomic(d / "quantization.json", R"({"format":")" + format + R"("})").ok());
+    if (format == "fp16") {
+      ASSERT_TRUE(write_file_atomic(d / "config.json", R"({"model_type":"llama"})").ok());
+      ASSERT_TRUE(write_file_atomic(d / "model.safetensors", safetensors(static_cast<char>(version))).ok());
+    } else {
+      // A compressed release as `infergate-runtime quantize` writes one (its int8 shape: one linear).
+      ASSERT_EQ(format, "int8");
+      ASSERT_TRUE(
+          write_file_atomic(d / "config.json",
+                            R"({"model_type":"llama","quantization_config":{"quant_method":"infergate",)"
+                            R"("weight_format":"int8","bits":8,"group_size":0,"symmetric":true,)"
+                            R"("scale_dtype":"float16"}})")
+              .ok());
+      ASSERT_TRUE(write_file_atomic(d / "quantization.json",
+                                    R"({"format_version":1,"weight_format":"int8","quantized":)"
+                                    R"({"model.layers.0.mlp.up_proj.weight":{"shape":[16,128]}}})")
+                      .ok());
+      ASSERT_TRUE(
+          write_file_atomic(d / "model.safetensors", int8_safetensors(static_cast<char>(version))).ok());
     }
     agent({"manifest", d.string()});
     agent({"sign", d.string(), "--key", (dir_->path() / "release.key").string(), "--name", "glm", "--version",
            std::to_string(version), "--weight-format", format, "--expires", "1d"});
   }
 
+  // One int8 linear [16, 128] filled with `fill`, and its fp16 scales (1.0).
+  static std::string int8_safetensors(char fill) {
+    std::string header =
+        R"({"model.layers.0.mlp.up_proj.scales":{"dtype":"F16","shape":[16],"data_offsets":[0,32]},)"
+        R"("model.layers.0.mlp.up_proj.qweight":{"dtype":"I8","shape":[16,128],"data_offsets":[32,2080]}})";
+    while (header.size() % 8) header += ' ';
+    std::string out(8, '\0');
+    uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    std::string scales;
+    for (int i = 0; i < 16; ++i) scales += std::string("\x00\x3c", 2);
+    return out + header + scales + std::string(2048, fill);
+  }
   // A valid safetensors file: one f16 tensor of 2048 elements filled with `fill`.
   static std::string safetensors(char fill) {
     std::string header = R"({"w":{"dtype":"F16","shape":[2048],"data_offsets":[0,4096]}})";
