@@ -399,6 +399,31 @@ TEST(DescribeWeights, MultiTokenPredictionLayersAreDescribedButNotHeldToTheRules
 
 // ---- refusals, each naming what is wrong ----
 
+TEST(DescribeWeights, RaggedShapesAsEachFormatDefinesThem) {
+  // compressed-tensors: N 100 and K 96 pad the last word of zero points (13 words for 100 rows).
+  Release ct;
+  Scheme s;
+  s.family = Family::kCtInt4;
+  s.group_size = 32;
+  s.symmetric = false;
+  ct.config(model_config(*quantization_config_json(s, {})));
+  ct_int4(ct, "model.layers.0.mlp.up_proj", 100, 96, 32, false);
+  auto d = ct.describe();
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(d->find("model.layers.0.mlp.up_proj")->part(PartRole::kZeros)->tensor->shape,
+            (std::vector<uint64_t>{13, 3}));
+  // GPTQ packs 8 zero points per word along N: N 100 cannot be stored, and is refused by name.
+  Release g;
+  Scheme gs;
+  gs.family = Family::kGptqInt4;
+  gs.group_size = 32;
+  g.config(model_config(*quantization_config_json(gs, {})));
+  g.add("model.layers.0.mlp.up_proj.qweight", Dtype::kI32, {12, 100});
+  g.add("model.layers.0.mlp.up_proj.qzeros", Dtype::kI32, {3, 12});
+  g.add("model.layers.0.mlp.up_proj.scales", Dtype::kF16, {3, 100});
+  expect_refusal(g.describe(), reasons::kQuantPartShape, "model.layers.0.mlp.up_proj.qweight");
+}
+
 TEST(DescribeWeightsRefuses, AnUnknownQuantMethod) {
   Release r = deepseek_fp8();
   r.config(model_config({{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}));

@@ -192,7 +192,7 @@ void code_slot(const PublishedLayout& l, const PublishedShapes& s, int64_t n, in
                int32_t* slot) {
   switch (l.format) {
     case PublishedFormat::kCtInt4: *word = n * s.data[1] + k / 8, *slot = static_cast<int32_t>(k % 8); return;
-    case PublishedFormat::kAwqInt4: *word = k * s.data[1] + n / 8, *slot = kAwqSlot[n % 8]; return;
+    case PublishedFormat::kAwqInt4: *word = k * s.data[1] + n / 8, *slot = awq_slot(n); return;
     default:  // GPTQ
       *word = (k / 8) * l.rows + n, *slot = static_cast<int32_t>(k % 8);
       return;
@@ -204,7 +204,7 @@ void zero_slot(const PublishedLayout& l, const PublishedShapes& s, int64_t n, in
     case PublishedFormat::kCtInt4:
       *word = (n / 8) * s.zeros[1] + g, *slot = static_cast<int32_t>(n % 8);
       return;
-    case PublishedFormat::kAwqInt4: *word = g * s.zeros[1] + n / 8, *slot = kAwqSlot[n % 8]; return;
+    case PublishedFormat::kAwqInt4: *word = g * s.zeros[1] + n / 8, *slot = awq_slot(n); return;
     default:  // GPTQ
       *word = g * s.zeros[1] + n / 8, *slot = static_cast<int32_t>(n % 8);
       return;

@@ -31,7 +31,7 @@ enum class PublishedFormat : uint8_t {
   //   W[n,k] = s[n, g(k)] * (u - uz)        uz = 8 when symmetric
   // S = K/G (G divides K), or 1 per channel (group_size 0).
   kCtInt4,
-  // AutoAWQ GEMM: data i32 [K, N/8], column n of row k in slot kAwqSlot[n%8] of word n/8 (packing order
+  // AutoAWQ GEMM: data i32 [K, N/8], column n of row k in slot awq_slot(n) of word n/8 (packing order
   // [0, 2, 4, 6, 1, 3, 5, 7]); zeros i32 [K/G, N/8] packed the same way; scales [K/G, N]:
   //   W[n,k] = s[k/G, n] * (q - z)          q, z unsigned in [0, 15]
   kAwqInt4,
@@ -45,8 +45,13 @@ enum class PublishedFormat : uint8_t {
 // What a published format stores its scales as.
 enum class PublishedScale : uint8_t { kF32 = 0, kF16, kBF16 };
 
-// The slot of column n%8 in an AWQ word: the inverse of AutoAWQ's packing order [0,2,4,6,1,3,5,7].
-inline constexpr int32_t kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+// The slot of column n in its AWQ word: AutoAWQ packs columns in the order [0, 2, 4, 6, 1, 3, 5, 7], so
+// column m = n % 8 sits in slot m / 2 + 4 (m % 2), i.e. [0, 4, 1, 5, 2, 6, 3, 7]. (Arithmetic, not a
+// table: a host array is not readable in device code.)
+INFERGATE_HD int32_t awq_slot(int64_t n) {
+  const int32_t m = static_cast<int32_t>(n % 8);
+  return m / 2 + 4 * (m % 2);
+}
 
 struct PublishedLayout {
   PublishedFormat format = PublishedFormat::kFp8Block;
@@ -192,10 +197,10 @@ INFERGATE_HD int32_t ct_int4_zero(const int32_t* zeros, int64_t groups, int64_t 
       int4_slot(static_cast<uint32_t>(zeros[(n / 8) * groups + g]), static_cast<int32_t>(n % 8)));
 }
 INFERGATE_HD uint32_t awq_code(const int32_t* data, int64_t n_words, int64_t n, int64_t k) {
-  return int4_slot(static_cast<uint32_t>(data[k * n_words + n / 8]), kAwqSlot[n % 8]);
+  return int4_slot(static_cast<uint32_t>(data[k * n_words + n / 8]), awq_slot(n));
 }
 INFERGATE_HD int32_t awq_zero(const int32_t* zeros, int64_t n_words, int64_t n, int64_t g) {
-  return static_cast<int32_t>(int4_slot(static_cast<uint32_t>(zeros[g * n_words + n / 8]), kAwqSlot[n % 8]));
+  return static_cast<int32_t>(int4_slot(static_cast<uint32_t>(zeros[g * n_words + n / 8]), awq_slot(n)));
 }
 INFERGATE_HD uint32_t gptq_code(const int32_t* data, int64_t n_cols, int64_t n, int64_t k) {
   return int4_slot(static_cast<uint32_t>(data[(k / 8) * n_cols + n]), static_cast<int32_t>(k % 8));
