@@ -112,7 +112,7 @@ def walk(s, path, required, rows, rules):
     for r in s.get("x-kubernetes-validations", []):
         if "rule" not in r:
             raise CrdError(f"{path or '(root)'}: a validation without a rule")
-        rules.append((path or "(root)", r["rule"], r.get("message", "")))
+        rules.append((path or "(root)", r["rule"], r.get("message", ""), r.get("fieldPath", "")))
     if path:
         rows.append({
             "path": path,
@@ -136,7 +136,7 @@ def walk(s, path, required, rows, rules):
 
 def walk_children(s, path, rows, rules):
     for r in s.get("x-kubernetes-validations", []):
-        rules.append((path, r["rule"], r.get("message", "")))
+        rules.append((path, r["rule"], r.get("message", ""), r.get("fieldPath", "")))
     req = set(s.get("required", []))
     for name, sub in s.get("properties", {}).items():
         walk(sub, f"{path}.{name}", name in req, rows, rules)
@@ -206,10 +206,12 @@ def render_crd(path):
             walk(schema, "", False, rows, rules)
             if rules:
                 out += ["### Rules that span fields (CEL `x-kubernetes-validations`)", "",
-                        "The API server refuses an object that breaks one of these, with the message shown.", "",
-                        "| on | rule | message |", "|---|---|---|"]
-                for where, rule, msg in rules:
-                    out.append(f"| {code(where)} | {code(rule)} | {cell(msg)} |")
+                        "The API server refuses an object that breaks one of these, with the message shown, "
+                        "naming the field the rule is on (or the one it reports, when it names one).", "",
+                        "| on | reports | rule | message |", "|---|---|---|---|"]
+                for where, rule, msg, field in rules:
+                    reported = code(where + field) if field else ""
+                    out.append(f"| {code(where)} | {reported} | {code(rule)} | {cell(msg)} |")
                 out.append("")
             for top in ("spec", "status"):
                 if top not in schema.get("properties", {}):

@@ -51,6 +51,8 @@ class Links(unittest.TestCase):
     def test_every_relative_link_resolves_to_a_file_and_heading(self):
         for page in DOCS:
             text = re.sub(r"```.*?```", "", read(f"docs/{page}"), flags=re.S)
+            # Inline code is not a link, whatever its brackets (a regular expression in crd-reference.md).
+            text = re.sub(r"``.*?``|`[^`\n]*`", "", text)
             for target in re.findall(r"\]\(([^)\s]+)\)", text):
                 if re.match(r"[a-z]+://", target):
                     continue

@@ -466,14 +466,9 @@ void read_scheduling(Reader& r, const Json& spec, SchedulingSpec* out) {
   const std::string p = "spec.scheduling";
   r.string_map(*s, "nodeSelector", p, &out->node_selector);
   if (const Json* t = r.field(*s, "tolerations")) {
-    if (!t->is_array()) {
-      r.fail(p + ".tolerations", "expected a list");
-    } else {
-      for (size_t i = 0; i < t->size(); ++i) {
-        if (!(*t)[i].is_object()) r.fail(p + ".tolerations[" + std::to_string(i) + "]", "expected an object");
-      }
-      out->tolerations = *t;
-    }
+    const std::vector<FieldError> errors = check_tolerations(*t, p + ".tolerations");
+    for (const auto& e : errors) r.fail(e.path, e.message, e.reason);
+    if (errors.empty()) out->tolerations = *t;
   }
   r.string(*s, "runtimeClassName", p, &out->runtime_class_name, false, 253);
 }

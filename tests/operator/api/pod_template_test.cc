@@ -109,6 +109,39 @@ TEST(PodTemplate, ChecksEnvTolerationsAndSpreadFieldByField) {
     EXPECT_NE(e.find(want), std::string::npos) << want << "\n" << e;
 }
 
+TEST(PodTemplate, ChecksTolerationsAndSpreadsAcrossFieldsAsThePodApiDoes) {
+  const std::string e = errors_of(Json::parse(R"({
+    "tolerations": [{"key": "gpu", "operator": "Exists", "value": "h200"}, {"value": "x"},
+                    {"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60},
+                    {"key": "bad key!", "operator": "Exists"}, {"key": "k", "operator": 1}],
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2},
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "nodeTaintsPolicy": "Maybe"}],
+    "volumes": [{"name": "x", "emptyDir": {}}],
+    "volumeMounts": [{"name": "x", "mountPath": "/etc/"}, {"name": "x", "mountPath": "/etc/"}]})"));
+  for (const char* want :
+       {"tolerations[0].value: must be empty when operator is Exists",
+        "tolerations[1].operator: must be Exists when key is empty",
+        "tolerations[2].effect: must be NoExecute when tolerationSeconds is set",
+        "tolerations[3].key: not a valid taint key", "tolerations[4].operator: expected a string",
+        "topologySpreadConstraints[0].minDomains: can only be used with whenUnsatisfiable DoNotSchedule",
+        "topologySpreadConstraints[1]: a second constraint for topologyKey zone",
+        "topologySpreadConstraints[1].nodeTaintsPolicy: must be Honor or Ignore",
+        "volumeMounts[0].mountPath: would cover /etc/infergate/trust",
+        "volumeMounts[1]: a second mount at /etc/"})
+    EXPECT_NE(e.find(want), std::string::npos) << want << "\n" << e;
+  // The older spec.scheduling.tolerations are checked the same way.
+  Json j = testing::valid_model();
+  j["spec"]["scheduling"] =
+      Json::parse(R"({"tolerations": [{"key": "gpu", "operator": "Exists", "value": "v"}]})");
+  auto m = parse_inference_model(j);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(
+      m.error().message().find("spec.scheduling.tolerations[0].value: must be empty when operator is Exists"),
+      std::string::npos)
+      << m.error().message();
+}
+
 TEST(PodTemplate, TheOlderSchedulingFieldsAreOneOrTheOther) {
   Json j = testing::valid_model();
   j["spec"]["scheduling"] = {{"nodeSelector", {{"a", "b"}}}};

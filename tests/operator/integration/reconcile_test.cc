@@ -181,13 +181,28 @@ TEST_F(Reconcile, AnInvalidSpecGetsAConditionAndAnEventAndNothingIsDeployed) {
   auto refused = server_->create(kModels, model_json("bad", "fp9"));
   ASSERT_EQ(refused.status, 422) << refused.body.dump();
   EXPECT_NE(refused.body["message"].get<std::string>().find("spec.serving.kvCacheDtype"), std::string::npos);
-  // ... and the operator refuses the rest itself (here what a CEL rule says, which the fake does not run).
+  // ... and so do its CEL rules, on the field they concern (a rule spanning fields: no ".." segment) ...
+  Json cel = model_json("bad");
+  cel["spec"]["artifact"]["path"] = "glm/../secrets";
+  auto refused_by_rule = server_->create(kModels, cel);
+  ASSERT_EQ(refused_by_rule.status, 422) << refused_by_rule.body.dump();
+  EXPECT_NE(refused_by_rule.body["message"].get<std::string>().find(
+                "spec.artifact.path: Invalid value: \"string\": path must not contain '.' or '..' segments"),
+            std::string::npos)
+      << refused_by_rule.body.dump();
+  Json vllm = model_json("vllm-int8", "int8");
+  vllm["spec"]["engine"] = {{"kind", "vllm"}, {"image", "vllm/vllm-openai:v0.9.2"}};
+  auto refused_engine = server_->create(kModels, vllm);
+  ASSERT_EQ(refused_engine.status, 422) << refused_engine.body.dump();
+  EXPECT_NE(refused_engine.body["message"].get<std::string>().find("vLLM and SGLang run kvCacheDtype fp16"),
+            std::string::npos);
+  // ... and the operator refuses what only it knows (a model file for an engine that reads none).
   Json bad = model_json("bad");
-  bad["spec"]["artifact"]["path"] = "glm/../secrets";
+  bad["spec"]["engine"] = {{"modelFile", "model.gguf"}};
   ASSERT_EQ(server_->create(kModels, bad).status, 201);
   ASSERT_TRUE(wait_condition("bad", "Ready", "False", "InvalidSpec"));
   Json c = condition_of(get_model("bad"), "Ready");
-  EXPECT_NE(c["message"].get<std::string>().find("spec.artifact.path"), std::string::npos) << c.dump();
+  EXPECT_NE(c["message"].get<std::string>().find("spec.engine.modelFile"), std::string::npos) << c.dump();
   EXPECT_TRUE(eventually([&] { return !events_for("bad", "InvalidSpec").empty(); }));
   EXPECT_EQ(server_->get(kDeploys + "/bad").status, 404);
   // A combination the engine cannot run is refused the same way.

@@ -21,7 +21,14 @@ const std::set<std::string>& reserved_volume_names();
 const std::vector<std::string>& reserved_mount_paths();
 
 // Reads spec.podTemplate into `out`; every problem is returned with its field path
-// ("spec.podTemplate.volumes[0]") and reason InvalidSpec.
+// ("spec.podTemplate.volumes[0]") and reason InvalidSpec. It refuses what the CRD's schema and CEL
+// rules refuse at the first level of the template (tests/operator/crd_pod_template_test.cc holds the
+// two to that); what lies deeper in the core types it passes on (affinity terms, label selectors,
+// volume sources, env sources) the CRD and the API server's Pod validation check.
 std::vector<FieldError> parse_pod_template(const Json& tmpl, SchedulingSpec* out);
+
+// A list of tolerations (spec.podTemplate.tolerations, spec.scheduling.tolerations) checked as the
+// Pod API checks them; `path` names the list.
+std::vector<FieldError> check_tolerations(const Json& list, const std::string& path);
 
 }  // namespace infergate::op::api
