@@ -30,8 +30,10 @@ InferenceModelReconciler::InferenceModelReconciler(platform::ModelStore& models,
 Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
   const platform::ModelRef ref = model_ref(in.meta);
   Observed ob;
+  const WallTime now = clock_.wall_now();
   INFERGATE_ASSIGN_OR_RETURN(
       ob.stable, platform_.observe_workload(ref, api::workload_name(in.meta.name, api::Track::kStable)));
+  restarts_.observe(ref.key(), ob.stable, now);
   INFERGATE_ASSIGN_OR_RETURN(ob.endpoint, platform_.observe_endpoint(ref, api::endpoint_name(in.meta.name)));
   if (in.spec) {
     INFERGATE_ASSIGN_OR_RETURN(platform::TrustState trust,
@@ -42,6 +44,7 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
     const std::string& name = in.meta.name;
     INFERGATE_ASSIGN_OR_RETURN(
         ob.canary, platform_.observe_workload(ref, api::workload_name(name, api::Track::kCanary)));
+    restarts_.observe(ref.key(), ob.canary, now);
     INFERGATE_ASSIGN_OR_RETURN(
         ob.stable_endpoint,
         platform_.observe_endpoint(ref, api::track_endpoint_name(name, api::Track::kStable)));
@@ -113,6 +116,7 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
     // Deleted: owned workloads go with it (the platform's garbage collection, and this).
     INFERGATE_RETURN_IF_ERROR(platform_.cleanup(platform::ModelRef{req.namespace_, req.name, ""}));
     analyzer_.forget(req.key());
+    restarts_.forget(req.key());
     if (options_.rollout_metrics)
       options_.rollout_metrics->forget(platform::ModelRef{req.namespace_, req.name, ""});
     return reconcile::Action::await_change();

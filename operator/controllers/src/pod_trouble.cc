@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "infergate/operator/controllers/restart_history.h"
+
 namespace infergate::op::controllers {
 namespace {
 
@@ -30,10 +32,12 @@ std::optional<PodTrouble> pod_trouble(const platform::PodState& p) {
                           (p.verify.waiting_message.empty() ? "" : ": " + clip(p.verify.waiting_message)),
                       heals(p.verify.waiting_reason)};
   }
-  // The serving container. A crash loop is described by how it last ended (its reason, exit code and
-  // own words), which stay the same from one back-off to the next; the back-off message does not.
-  const bool crash_loop = p.waiting_reason == "CrashLoopBackOff" || p.restarts >= 3;
-  if (crash_loop) {
+  // The serving container. A crash loop is judged on restarts within a window (restart_history.h),
+  // not over the pod's lifetime, and described by how it last ended (its reason, exit code and own
+  // words), which stay the same from one back-off to the next; the back-off message does not. Fewer
+  // restarts than that are the kubelet restarting a container, which is no trouble yet (the
+  // CrashLoopBackOff wait between them included).
+  if (p.recent_restarts >= kCrashLoopRestarts) {
     const std::string reason = p.last_termination_reason == "OOMKilled" ? "OOMKilled" : "CrashLoopBackOff";
     std::string msg = who + reason;
     if (!p.last_termination_reason.empty() || p.last_exit_code != 0) {
@@ -44,7 +48,7 @@ std::optional<PodTrouble> pod_trouble(const platform::PodState& p) {
     if (!p.message.empty()) msg += ": " + clip(p.message);
     return PodTrouble{reason, msg, false};
   }
-  if (!benign(p.waiting_reason)) {
+  if (!benign(p.waiting_reason) && p.waiting_reason != "CrashLoopBackOff") {
     return PodTrouble{p.waiting_reason,
                       who + p.waiting_reason + (p.message.empty() ? "" : ": " + clip(p.message)),
                       heals(p.waiting_reason)};

@@ -497,6 +497,10 @@ PodState LocalPlatform::pod_state(const Workload& w, const Pod& p,
   s.revision = p.revision;
   s.deleting = p.deleting;
   s.restarts = ps ? ps->restarts() : 0;
+  if (ps && ps->starts > 0) {
+    s.started_at = ps->first_started_wall;
+    if (ps->restarts() > 0) s.last_terminated_at = ps->last_exit_wall;
+  }
   const bool running = ps && ps->phase == ProcessStatus::Phase::kRunning;
   const bool backoff = ps && ps->phase == ProcessStatus::Phase::kBackoff;
   const int exit_code = ps && ps->last_exit

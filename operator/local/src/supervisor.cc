@@ -167,6 +167,7 @@ void ProcessSupervisor::step(const std::string& name, Entry& e, MonoTime now,
           std::chrono::milliseconds(0));  // the leader is gone: kill what is left of its group
       e.proc.reset();
       s.last_exit = *exit;
+      s.last_exit_wall = clock_.wall_now();
       s.pid = 0;
       const auto ran = now - s.started_at;
       log::debug("process exited", {{"process", name}, {"status", exit->describe()}});
@@ -220,12 +221,14 @@ void ProcessSupervisor::step(const std::string& name, Entry& e, MonoTime now,
   o.die_with_parent = true;
   s.started_at = now;
   s.started_wall = clock_.wall_now();
+  if (s.starts == 0) s.first_started_wall = s.started_wall;
   s.deadline_exceeded = false;
   ++s.starts;
   auto proc = Subprocess::spawn(o);
   if (!proc.ok()) {
     s.start_error = proc.error().message();
     s.last_exit = ExitStatus{127, 0};
+    s.last_exit_wall = clock_.wall_now();
     log::warn("cannot start process", {{"process", name}, {"error", s.start_error}});
     if (!e.spec.restart) {
       s.phase = Phase::kExited;

@@ -359,6 +359,12 @@ PodState pod_state(const Json& pod) {
       if (last.contains("terminated")) from_terminated(member(last, "terminated"));
     }
   }
+  auto time_of = [](const std::string& text) -> std::optional<WallTime> {
+    if (text.empty()) return std::nullopt;
+    auto t = parse_rfc3339(text);
+    return t.ok() ? std::optional<WallTime>(*t) : std::nullopt;
+  };
+  p.started_at = time_of(str(status, "startTime"));
   if (const Json* r = find_named(list_member(status, "containerStatuses"), kRuntimeContainer)) {
     p.restarts = integer(*r, "restartCount");
     const Json& state = member(*r, "state");
@@ -371,6 +377,7 @@ PodState pod_state(const Json& pod) {
       const Json& t = member(last, "terminated");
       p.last_termination_reason = str(t, "reason");
       p.last_exit_code = integer(t, "exitCode");
+      p.last_terminated_at = time_of(str(t, "finishedAt"));
       if (!str(t, "message").empty())
         p.message = str(t, "message");  // why the runtime exited (its own words)
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "infergate/common/clock.h"
 #include "infergate/operator/platform/platform.h"
 
 namespace infergate::op::testing {
@@ -19,7 +20,7 @@ struct FakePod {
   std::string verify_message;  // the agent's JSON verdict
   bool ready = true;
   std::string waiting_reason;
-  int restarts = 0;
+  int restarts = 0;  // with a clock: the last one ended now, the pod started when it was applied
 };
 
 inline std::string verified_verdict(const std::string& digest = "sha256:" + std::string(64, 'a')) {
@@ -40,6 +41,10 @@ class FakePlatform final : public platform::Platform {
   std::function<Result<platform::HttpResponse>(const std::string& url)> http = [](const std::string& url) {
     return Result<platform::HttpResponse>(Error(ErrorCode::kUnavailable, "no server at " + url));
   };
+
+  // With a clock, pods start when their workload is applied and a restarted container last ended at
+  // the time of the observation (what a crash loop looks like).
+  const Clock* clock = nullptr;
 
   std::string_view name() const override { return "fake"; }
   api::Layout layout() const override { return api::Layout{}; }
@@ -70,6 +75,10 @@ class FakePlatform final : public platform::Platform {
       p.phase = p.ready ? platform::PodState::Phase::kRunning : platform::PodState::Phase::kPending;
       p.waiting_reason = f.waiting_reason;
       p.restarts = f.restarts;
+      if (clock) {
+        p.started_at = started_[w];
+        if (f.restarts > 0) p.last_terminated_at = clock->wall_now();
+      }
       p.address = spec.name + "-" + std::to_string(i) + ":8000";
       if (p.ready) ++s.ready_replicas;
       s.pods.push_back(p);
@@ -99,6 +108,7 @@ class FakePlatform final : public platform::Platform {
   Status apply_workload(const platform::ModelRef&, const platform::WorkloadSpec& spec) override {
     std::lock_guard lock(mu_);
     workloads_[spec.name] = spec;
+    if (clock) started_[spec.name] = clock->wall_now();
     log_.push_back("apply " + spec.name + " " + spec.revision + " x" + std::to_string(spec.replicas));
     if (spec.track == api::Track::kCanary) ++canary_applies_;
     return ok_status();
@@ -185,6 +195,7 @@ class FakePlatform final : public platform::Platform {
  private:
   mutable std::mutex mu_;
   std::map<std::string, platform::WorkloadSpec> workloads_;
+  std::map<std::string, WallTime> started_;
   std::map<std::string, platform::EndpointSpec> endpoints_;
   std::map<std::string, platform::JobSpec> jobs_;
   std::vector<std::string> log_;

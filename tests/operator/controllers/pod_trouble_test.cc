@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "infergate/operator/controllers/restart_history.h"
+
 namespace infergate::op::controllers {
 namespace {
 
@@ -43,6 +45,7 @@ TEST(PodTrouble, ACrashLoopIsToldByItsLastExitNotItsBackOff) {
   auto w = one_pod([](platform::PodState& p) {
     p.waiting_reason = "CrashLoopBackOff";
     p.restarts = 5;
+    p.recent_restarts = 3;
     p.last_termination_reason = "OOMKilled";
     p.last_exit_code = 137;
   });
@@ -52,7 +55,22 @@ TEST(PodTrouble, ACrashLoopIsToldByItsLastExitNotItsBackOff) {
   EXPECT_FALSE(t->heals);
   EXPECT_EQ(t->message, "pod glm-canary-0: OOMKilled (last exit: OOMKilled, code 137)");
   w.pods[0].restarts = 9;  // another back-off: same words, so status is not rewritten
+  w.pods[0].recent_restarts = 5;
   EXPECT_EQ(workload_trouble(w, "r1")->message, t->message);
+}
+
+TEST(PodTrouble, RestartsOverAPodsLifetimeAreNoCrashLoopOnlyRestartsWithinTheWindowAre) {
+  // Five restarts over a week, one of them just now: the kubelet's back-off before the restart is
+  // shown as CrashLoopBackOff, but this is a pod that restarts now and then.
+  auto w = one_pod([](platform::PodState& p) {
+    p.waiting_reason = "CrashLoopBackOff";
+    p.restarts = 5;
+    p.recent_restarts = 1;
+  });
+  EXPECT_FALSE(workload_trouble(w, "r1")) << workload_trouble(w, "r1")->message;
+  w.pods[0].recent_restarts = kCrashLoopRestarts;
+  ASSERT_TRUE(workload_trouble(w, "r1"));
+  EXPECT_EQ(workload_trouble(w, "r1")->reason, "CrashLoopBackOff");
 }
 
 TEST(PodTrouble, AnImageThatCannotBePulledHealsAnInvalidNameDoesNot) {

@@ -339,6 +339,7 @@ const std::vector<Row>& rows() {
            p.ready = false;
            p.waiting_reason = "CrashLoopBackOff";
            p.restarts = 4;
+           p.recent_restarts = 4;
          });
        },
        StagePhase::kRollingBack,

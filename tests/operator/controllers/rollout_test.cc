@@ -63,7 +63,10 @@ class SequenceCapacity final : public CapacityChecker {
 
 class Rollout : public ::testing::Test {
  protected:
-  Rollout() { rebuild(); }
+  Rollout() {
+    platform_.clock = &clock_;
+    rebuild();
+  }
 
   void rebuild() {
     ControllerOptions o;
@@ -607,6 +610,33 @@ TEST_F(Rollout, ACanaryWhoseRuntimeKeepsCrashingFailsTheStage) {
   change([](Json& s) { s["serving"]["kvCacheDtype"] = "int4"; });
   steps(2);
   EXPECT_EQ(condition("RolledBack")["reason"], "CanaryNotServing");
+}
+
+TEST_F(Rollout, AStablePodThatRestartedFiveTimesOverAWeekIsHealthyThreeTimesInAMinuteIsACrashLoop) {
+  deploy();
+  int restarts = 0;
+  platform_.pods = [&restarts](const platform::WorkloadSpec&, int i) {
+    return FakePod{0, op::testing::verified_verdict(), true, "", i == 0 ? restarts : 0};
+  };
+  for (int day = 0; day < 5; ++day) {
+    clock_.advance(std::chrono::hours(30));
+    ++restarts;  // the kubelet restarted it; it runs again
+    step();
+    EXPECT_EQ(condition("StableHealthy")["status"], "True")
+        << "restart " << restarts << ": " << status().dump();
+  }
+  // Now it dies on start: three restarts within a minute (the kubelet's back-off).
+  platform_.pods = [&restarts](const platform::WorkloadSpec&, int i) {
+    return FakePod{0, op::testing::verified_verdict(), i != 0, i == 0 ? "CrashLoopBackOff" : "",
+                   i == 0 ? restarts : 0};
+  };
+  for (auto gap : {10s, 20s, 40s}) {
+    clock_.advance(gap);
+    ++restarts;
+    step();
+  }
+  EXPECT_EQ(condition("StableHealthy")["status"], "False");
+  EXPECT_EQ(condition("StableHealthy")["reason"], "CrashLoopBackOff");
 }
 
 TEST_F(Rollout, VersionDriftCountsStablePodsServingAnotherRelease) {

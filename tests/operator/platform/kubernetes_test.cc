@@ -245,13 +245,18 @@ TEST(PodState, ReadsAnUnschedulablePodAndHowTheRuntimeLastEnded) {
   PodState p = pod_state(pod);
   EXPECT_TRUE(p.unschedulable);
   EXPECT_EQ(p.schedule_message, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.");
-  pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "runtime",
+  pod = Json::parse(R"({"metadata": {"name": "p"}, "status": {"startTime": "2026-01-01T00:00:00Z",
+      "containerStatuses": [{"name": "runtime",
       "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-      "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})");
+      "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-01-01T00:05:00Z"}}}]}})");
   p = pod_state(pod);
   EXPECT_FALSE(p.unschedulable);
   EXPECT_EQ(p.last_termination_reason, "OOMKilled");
   EXPECT_EQ(p.last_exit_code, 137);
+  // When, for judging a crash loop on restarts within a window.
+  ASSERT_TRUE(p.started_at && p.last_terminated_at);
+  EXPECT_EQ(format_rfc3339(*p.started_at), "2026-01-01T00:00:00Z");
+  EXPECT_EQ(*p.last_terminated_at - *p.started_at, std::chrono::minutes(5));
 }
 
 TEST(WorkloadState, ReadsFailedCreateAndTheUpdateStrategy) {

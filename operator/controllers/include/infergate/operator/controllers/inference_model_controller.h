@@ -1,7 +1,8 @@
 // The InferenceModel reconciler: reads the model, observes the platform (stable, canary, the eval job,
 // the performance measurements of a running stage), asks the pure plan (plan_model: the staged
 // rollout around the steady state) what to do, does it, writes status only when it changed, and
-// records the events and rollout metrics the plan names.
+// records the events and rollout metrics the plan names. It remembers, per pod, when serving containers
+// restarted (RestartHistory), so a crash loop is judged on restarts within a window.
 //
 // Guarantees: reconciling an unchanged model writes nothing (no workload, endpoint or status write,
 // no event); a status write that loses a race (409) re-reads the model and re-plans against the fresh
@@ -15,6 +16,7 @@
 #include "infergate/common/clock.h"
 #include "infergate/operator/controllers/capacity.h"
 #include "infergate/operator/controllers/performance_analyzer.h"
+#include "infergate/operator/controllers/restart_history.h"
 #include "infergate/operator/controllers/rollout_metrics.h"
 #include "infergate/operator/controllers/rollout_plan.h"
 #include "infergate/operator/controllers/steady_state.h"
@@ -53,6 +55,7 @@ class InferenceModelReconciler final : public reconcile::Reconciler {
   Clock& clock_;
   ControllerOptions options_;
   PerformanceAnalyzer analyzer_;
+  RestartHistory restarts_;  // crash loops are judged on restarts within a window
 };
 
 }  // namespace infergate::op::controllers

@@ -1,8 +1,9 @@
 // Why a workload's pods do not run, in the platform's own words: creation refused (admission: Pod
 // Security, quota, LimitRange), no node with room (Unschedulable, the resource named), an image that
-// cannot be pulled, a serving container that keeps crashing (with its last termination), a config
-// error. Pure: read from the observed WorkloadState, so a stage and stable's own condition can say
-// why, and a stage can fail at once on what no amount of waiting heals.
+// cannot be pulled, a serving container that keeps crashing (kCrashLoopRestarts restarts within
+// kCrashLoopWindow, PodState::recent_restarts; with its last termination), a config error. Pure: read from
+// the observed WorkloadState, so a stage and stable's own condition can say why, and a stage can fail at once
+// on what no amount of waiting heals.
 #pragma once
 
 #include <optional>

@@ -75,7 +75,9 @@ struct ProcessStatus {
   std::string start_error;  // the last spawn failure (program not found, ...)
   MonoTime started_at{};    // of the current or last attempt
   WallTime started_wall{};
-  MonoTime next_start{};  // in kBackoff
+  WallTime first_started_wall{};           // of the first attempt
+  std::optional<WallTime> last_exit_wall;  // when the last attempt ended
+  MonoTime next_start{};                   // in kBackoff
   bool deadline_exceeded = false;
   // Size of the log file when the current attempt started: its own output begins there.
   uint64_t log_offset = 0;

@@ -88,11 +88,18 @@ struct PodState {
   bool ready = false;
   bool deleting = false;
   VerifyState verify;
-  std::string waiting_reason;  // the serving container's (CrashLoopBackOff, ImagePullBackOff, ...)
-  std::string message;         // detail for the waiting reason, or the last termination message
-  int restarts = 0;
+  std::string waiting_reason;           // the serving container's (CrashLoopBackOff, ImagePullBackOff, ...)
+  std::string message;                  // detail for the waiting reason, or the last termination message
+  int restarts = 0;                     // of the serving container, over the pod's lifetime
   std::string last_termination_reason;  // how the serving container last ended: Error, OOMKilled, ...
   int last_exit_code = 0;
+  // When the pod started (status.startTime) and when the serving container last ended
+  // (lastState.terminated.finishedAt); nullopt where the platform does not say.
+  std::optional<WallTime> started_at;
+  std::optional<WallTime> last_terminated_at;
+  // Restarts of the serving container within the crash-loop window, counted across observations by
+  // the reconciler (controllers/restart_history.h); platforms leave it 0.
+  int recent_restarts = 0;
   // No node has room or matches (PodScheduled=False, Unschedulable), with the scheduler's message.
   bool unschedulable = false;
   std::string schedule_message;
