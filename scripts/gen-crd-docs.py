@@ -191,6 +191,13 @@ def render_crd(path):
                 f"| short names | {', '.join(code(n) for n in names.get('shortNames', [])) or 'none'} |",
                 f"| categories | {', '.join(code(n) for n in names.get('categories', [])) or 'none'} |",
                 f"| subresources | {', '.join(code(s) for s in subs) or 'none'} |",
+            ]
+            scale = (v.get("subresources") or {}).get("scale")
+            if scale:
+                out.append(f"| scale | replicas {code(scale.get('specReplicasPath', ''))}, status replicas "
+                           f"{code(scale.get('statusReplicasPath', ''))}, selector "
+                           f"{code(scale.get('labelSelectorPath', '')) if scale.get('labelSelectorPath') else 'none'} |")
+            out += [
                 f"| storage version | {'yes' if v.get('storage') else 'no'} |",
                 "",
             ]

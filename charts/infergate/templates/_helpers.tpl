@@ -128,6 +128,10 @@ rules:
   - apiGroups: [batch]
     resources: [jobs]
     verbs: [get, list, watch, create, delete]
+  # Each model's PodDisruptionBudget over its stable pods (server-side apply, delete).
+  - apiGroups: [policy]
+    resources: [poddisruptionbudgets]
+    verbs: [get, list, watch, create, patch, delete]
   # Events on the models.
   - apiGroups: [""]
     resources: [events]

@@ -35,6 +35,7 @@ InferenceModelStatus every_field() {
   s.history.push_back({"weights", "r", "Promoted", "r", "m", {}});
   s.failed_revisions = {"r"};
   s.control = RolloutControlStatus{"a", "b", "c", true};
+  s.selector = "a=b";
   return s;
 }
 

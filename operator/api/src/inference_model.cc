@@ -735,6 +735,7 @@ Json status_to_json(const InferenceModelStatus& s) {
   j["observedGeneration"] = s.observed_generation;
   j["replicas"] = s.replicas;
   j["readyReplicas"] = s.ready_replicas;
+  if (!s.selector.empty()) j["selector"] = s.selector;
   if (s.stable) j["stable"] = release_to_json(*s.stable);
   if (s.canary) {
     Json c = release_to_json(s.canary->config);
@@ -803,6 +804,7 @@ Result<InferenceModelStatus> parse_status(const Json& j) {
   INFERGATE_ASSIGN_OR_RETURN(int64_t ready, json_int_or(j, "readyReplicas", 0, "status"));
   s.replicas = static_cast<int32_t>(replicas);
   s.ready_replicas = static_cast<int32_t>(ready);
+  INFERGATE_ASSIGN_OR_RETURN(s.selector, json_string_or(j, "selector", "", "status"));
   if (auto it = j.find("stable"); it != j.end() && !it->is_null()) {
     INFERGATE_ASSIGN_OR_RETURN(ReleaseConfig r, release_from_json(*it, "status.stable"));
     s.stable = r;

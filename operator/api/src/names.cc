@@ -27,6 +27,16 @@ PodConfig pod_config(const InferenceModelSpec& spec) {
   return PodConfig{spec.artifact, spec.engine, spec.serving, spec.resources, spec.scheduling};
 }
 
+PodConfig pod_config(const InferenceModelSpec& spec, const Images& images) {
+  PodConfig c = pod_config(spec);
+  c.images = images;
+  return c;
+}
+
+const Images& images_of(const PodConfig& config, const Images& images) {
+  return config.images.agent.empty() ? images : config.images;
+}
+
 Json canonical_json(const PodConfig& c) {
   Json volume;
   if (c.artifact.volume.kind == VolumeSource::Kind::kPersistentVolumeClaim) {
@@ -59,7 +69,7 @@ Json canonical_json(const PodConfig& c) {
   if (!t.env.empty()) scheduling["env"] = t.env;
   if (!t.volumes.empty()) scheduling["volumes"] = t.volumes;
   if (!t.volume_mounts.empty()) scheduling["volumeMounts"] = t.volume_mounts;
-  return Json{
+  Json out{
       {"artifact", {{"volume", volume}, {"path", c.artifact.path}, {"trust", trust}}},
       {"engine",
        {{"kind", to_string(c.engine.kind)},
@@ -75,6 +85,11 @@ Json canonical_json(const PodConfig& c) {
       {"resources", {{"requests", c.resources.requests}, {"limits", c.resources.limits}}},
       {"scheduling", scheduling},
   };
+  if (!c.images.agent.empty()) {
+    out["images"] = {
+        {"agent", c.images.agent}, {"runtime", c.images.runtime}, {"runtimeCuda", c.images.runtime_cuda}};
+  }
+  return out;
 }
 
 namespace {
@@ -179,6 +194,11 @@ Result<PodConfig> pod_config_from_json(const Json& j) {
     for (const auto& x : *ips) {
       if (x.is_string()) c.scheduling.image_pull_secrets.push_back(x.get<std::string>());
     }
+  }
+  if (auto im = j.find("images"); im != j.end() && im->is_object()) {
+    INFERGATE_ASSIGN_OR_RETURN(c.images.agent, json_string(*im, "agent", p + ".images"));
+    INFERGATE_ASSIGN_OR_RETURN(c.images.runtime, json_string_or(*im, "runtime", "", p + ".images"));
+    INFERGATE_ASSIGN_OR_RETURN(c.images.runtime_cuda, json_string_or(*im, "runtimeCuda", "", p + ".images"));
   }
   return c;
 }

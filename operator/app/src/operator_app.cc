@@ -178,7 +178,7 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   // managed-by label).
   std::vector<std::string> namespaces = options.namespaces;
   if (namespaces.empty()) namespaces.push_back("");  // every namespace
-  std::vector<cache::Informer*> models, deployments, services, pods, jobs;
+  std::vector<cache::Informer*> models, deployments, services, pods, jobs, budgets;
   for (const std::string& ns : namespaces) {
     cache::InformerConfig models_cfg;
     models_cfg.watcher.namespace_ = ns;
@@ -200,6 +200,7 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
     services.push_back(owned(client::kinds::service(), platform::trim_owned));
     pods.push_back(owned(client::kinds::pod(), platform::trim_pod));
     jobs.push_back(owned(client::kinds::job(), platform::trim_owned));
+    budgets.push_back(owned(client::kinds::pod_disruption_budget(), platform::trim_owned));
   }
 
   client::Client& writes = m.write_client();
@@ -232,7 +233,7 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
                             },
                             [&controller](const Json& o) { controller.enqueue(client::object_key(o)); }});
   }
-  for (const auto* kind : {&deployments, &services, &jobs}) {
+  for (const auto* kind : {&deployments, &services, &jobs, &budgets}) {
     for (cache::Informer* inf : *kind) inf->add_handler(enqueue_by(controller, owner_key));
   }
   for (cache::Informer* inf : pods) inf->add_handler(enqueue_by(controller, model_label_key));

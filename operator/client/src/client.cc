@@ -31,6 +31,10 @@ const ResourceKind& job() {
   static const ResourceKind k{"batch", "v1", "jobs", "Job", true};
   return k;
 }
+const ResourceKind& pod_disruption_budget() {
+  static const ResourceKind k{"policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true};
+  return k;
+}
 const ResourceKind& secret() {
   static const ResourceKind k{"", "v1", "secrets", "Secret", true};
   return k;

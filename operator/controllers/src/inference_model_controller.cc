@@ -35,6 +35,7 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
       ob.stable, platform_.observe_workload(ref, api::workload_name(in.meta.name, api::Track::kStable)));
   restarts_.observe(ref.key(), ob.stable, now);
   INFERGATE_ASSIGN_OR_RETURN(ob.endpoint, platform_.observe_endpoint(ref, api::endpoint_name(in.meta.name)));
+  INFERGATE_ASSIGN_OR_RETURN(ob.disruption_budget, platform_.observe_disruption_budget(ref, in.meta.name));
   if (in.spec) {
     INFERGATE_ASSIGN_OR_RETURN(platform::TrustState trust,
                                platform_.check_trust(ref, in.spec->artifact.trust));
@@ -61,7 +62,7 @@ Result<Observed> InferenceModelReconciler::observe(const ModelInput& in) {
       if (running && rollout::performance_configured(in.spec->rollout.performance)) {
         ob.performance = analyzer_.measure(ref, *in.spec, *stage, ob.stable, ob.canary);
       }
-    } else if (auto next = next_stage(in)) {
+    } else if (auto next = next_stage(in, options_.images)) {
       // The capacity planner re-plans with the next stage's settings before it starts.
       ob.stage_capacity = capacity_.check(next->to, in.spec->capacity_planning, in.spec->replicas);
     } else if (in.status.stable) {
@@ -96,6 +97,10 @@ Status InferenceModelReconciler::execute(const platform::ModelRef& ref, const Pl
       case PlannedAction::Kind::kDeleteJob:
         st = platform_.delete_job(ref, a.name);
         what = "deleting job " + a.name;
+        break;
+      case PlannedAction::Kind::kApplyDisruptionBudget:
+        st = platform_.apply_disruption_budget(ref, a.budget);
+        what = "applying the disruption budget " + a.budget.name;
         break;
     }
     if (!st.ok()) return std::move(st).error().context(what);

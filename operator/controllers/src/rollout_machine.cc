@@ -113,11 +113,11 @@ void delete_canary(const RolloutContext& c, Step& step, const std::string& revis
                        [&](const PlannedAction& a) { return a.kind == kind && a.name == name; });
   };
   if (c.ob.canary.exists && !planned(PlannedAction::Kind::kDeleteWorkload, canary))
-    step.actions.push_back({PlannedAction::Kind::kDeleteWorkload, {}, {}, canary, {}});
+    step.actions.push_back({PlannedAction::Kind::kDeleteWorkload, {}, {}, canary, {}, {}});
   if (revision.empty() || !c.ob.quality_job || !c.ob.quality_job->exists) return;
   const std::string job = api::quality_job_name(model_name(c), revision);
   if (!planned(PlannedAction::Kind::kDeleteJob, job))
-    step.actions.push_back({PlannedAction::Kind::kDeleteJob, {}, {}, job, {}});
+    step.actions.push_back({PlannedAction::Kind::kDeleteJob, {}, {}, job, {}, {}});
 }
 
 // ---- The GPU arithmetic (rollout_machine.h) ----
@@ -219,7 +219,7 @@ GateVerdict quality_gate(const RolloutContext& c, const api::StageStatus& stage,
     js.container = rollout::eval_command(q, c.ob.stable_endpoint.url, c.ob.canary_endpoint.url,
                                          c.ctx.images.runtime, c.ctx.layout.termination_log);
     js.deadline_seconds = q.timeout_seconds;
-    actions.push_back({PlannedAction::Kind::kApplyJob, {}, {}, "", js});
+    actions.push_back({PlannedAction::Kind::kApplyJob, {}, {}, "", js, {}});
   }
   return rollout::evaluate_quality_job(q, job, c.ctx.now);
 }
@@ -345,7 +345,8 @@ int32_t holding(const platform::WorkloadState& w) {
 RolloutContext rollout_context(const ModelInput& in, const Observed& ob, const PlanContext& ctx,
                                const api::PodConfig& stable, RolloutState& s, Step& step) {
   const api::InferenceModelSpec& spec = *in.spec;
-  RolloutContext c{in, ob, ctx, spec, stable, api::pod_config(spec), "", {}, false, false, false, ""};
+  RolloutContext c{in, ob, ctx,   spec,  stable, api::pod_config(spec, ctx.images),
+                   "", {}, false, false, false,  ""};
   c.desired_revision = api::revision(c.desired);
   c.stages = rollout::plan_stages(stable, c.desired, spec.rollout.stage_order);
   if (!s.control.failed_for.empty() && s.control.failed_for != c.desired_revision) {
@@ -394,8 +395,12 @@ std::optional<Step> supersede(const RolloutContext& c, RolloutState& s) {
   step.events.push_back({EventRecord::Type::kNormal, "Superseded", describe(stage) + " superseded: " + why});
   // The canary itself is replaced in place if a new stage starts now, else deleted by Idle.
   if (c.ob.quality_job && c.ob.quality_job->exists)
-    step.actions.push_back(
-        {PlannedAction::Kind::kDeleteJob, {}, {}, api::quality_job_name(model_name(c), stage.revision), {}});
+    step.actions.push_back({PlannedAction::Kind::kDeleteJob,
+                            {},
+                            {},
+                            api::quality_job_name(model_name(c), stage.revision),
+                            {},
+                            {}});
   s.stage.reset();
   s.canary.reset();
   step.next = StagePhase::kIdle;
@@ -504,13 +509,13 @@ Step on_idle(const RolloutContext& c, RolloutState& s) {
   s.canary = cs;
   step.next = StagePhase::kDeploying;
   step.stable = StableTarget{c.stable, stable_size_running(c), false};
-  step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *rendered, {}, "", {}});
+  step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *rendered, {}, "", {}, {}});
   for (api::Track t : {api::Track::kStable, api::Track::kCanary}) {
     platform::EndpointSpec e = track_endpoint(name, t);
     const platform::EndpointState& have =
         t == api::Track::kStable ? c.ob.stable_endpoint : c.ob.canary_endpoint;
     if (!have.exists || have.hash != e.hash())
-      step.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, e, "", {}});
+      step.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, e, "", {}, {}});
   }
   step.events.push_back({EventRecord::Type::kNormal, "StageStarted",
                          what + ": canary of " + std::to_string(c.spec.rollout.canary.replicas) +
@@ -543,7 +548,7 @@ Step on_running(const RolloutContext& c, RolloutState& s) {
     si.verification.message = rendered.error().message();
   } else {
     if (!is_applied(c.ob.canary, *rendered))
-      step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *rendered, {}, "", {}});
+      step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *rendered, {}, "", {}, {}});
     si.verification = verification_gate(c, s, c.spec.rollout.canary.replicas);
     const int ready = ready_pods(c.ob.canary, stage.revision);
     si.canary_ready = c.ob.canary.exists && c.ob.canary.template_hash == rendered->template_hash() &&
@@ -695,7 +700,7 @@ Step on_promoting(const RolloutContext& c, RolloutState& s) {
     if (canary_target != canary_now) {
       auto canary = render(c, *to, api::Track::kCanary, canary_target);
       if (canary.ok()) {
-        step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *canary, {}, "", {}});
+        step.actions.push_back({PlannedAction::Kind::kApplyWorkload, *canary, {}, "", {}, {}});
       }
     }
     std::string what = describe(stage) + ": stable takes the canary's configuration";

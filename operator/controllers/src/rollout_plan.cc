@@ -54,23 +54,28 @@ std::optional<int> version_drift(const platform::WorkloadState& stable, const ap
 
 }  // namespace
 
-std::optional<api::PodConfig> stable_config(const ModelInput& in) {
+std::optional<api::PodConfig> stable_config(const ModelInput& in, const api::Images& images) {
   if (!in.status.stable) return std::nullopt;
+  std::optional<api::PodConfig> out;
   if (in.status.stable->pod_config.is_object()) {
     auto pc = api::pod_config_from_json(in.status.stable->pod_config);
-    if (pc.ok()) return *pc;
+    if (pc.ok()) out = *pc;
   }
   // A status written before podConfig existed: only a stable that is the spec can be rendered again.
-  if (in.spec && in.status.stable->revision == api::revision(api::pod_config(*in.spec)))
-    return api::pod_config(*in.spec);
-  return std::nullopt;
+  if (!out && in.spec && in.status.stable->revision == api::revision(api::pod_config(*in.spec)))
+    out = api::pod_config(*in.spec);
+  // Written before images were recorded: stable adopts the operator's images, once (its pods take
+  // them, as every operator upgrade did before); from then on a new operator's images come as a stage.
+  if (out && out->images.agent.empty()) out->images = images;
+  return out;
 }
 
-std::optional<rollout::Stage> next_stage(const ModelInput& in) {
+std::optional<rollout::Stage> next_stage(const ModelInput& in, const api::Images& images) {
   if (!in.spec) return std::nullopt;
-  auto stable = stable_config(in);
+  auto stable = stable_config(in, images);
   if (!stable) return std::nullopt;
-  auto stages = rollout::plan_stages(*stable, api::pod_config(*in.spec), in.spec->rollout.stage_order);
+  auto stages =
+      rollout::plan_stages(*stable, api::pod_config(*in.spec, images), in.spec->rollout.stage_order);
   if (stages.empty()) return std::nullopt;
   return stages.front();
 }
@@ -78,7 +83,7 @@ std::optional<rollout::Stage> next_stage(const ModelInput& in) {
 Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx) {
   if (!in.spec || (ob.trust && *ob.trust != platform::TrustState::kPresent))
     return plan_steady_state(in, ob, ctx);
-  const std::optional<api::PodConfig> stable_pc = stable_config(in);
+  const std::optional<api::PodConfig> stable_pc = stable_config(in, ctx.images);
   if (!stable_pc) {
     // The first deployment: nothing serves, so there is nothing to canary against.
     Plan p = plan_steady_state(in, ob, ctx);
@@ -87,6 +92,7 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
                            {},
                            {},
                            api::workload_name(in.meta.name, api::Track::kCanary),
+                           {},
                            {}});
     return p;
   }

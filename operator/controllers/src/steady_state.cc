@@ -103,8 +103,11 @@ std::map<std::string, std::string> model_labels(const std::string& model, api::T
 
 Result<platform::WorkloadSpec> render_workload(const std::string& model, const api::PodConfig& config,
                                                api::Track track, int32_t replicas, const PlanContext& ctx) {
+  // The images the configuration records (a new operator's reach a model through a stage), or, for
+  // one read from a status older than that, the operator's own.
+  const api::Images& images = api::images_of(config, ctx.images);
   INFERGATE_ASSIGN_OR_RETURN(api::EngineCommand engine,
-                             api::engine_command(config, model, ctx.layout, ctx.images));
+                             api::engine_command(config, model, ctx.layout, images));
   INFERGATE_ASSIGN_OR_RETURN(const api::EngineProfile* profile, api::engine_profile_for(config));
   for (const auto& e : config.scheduling.env) {
     const std::string name = e.value("name", "");
@@ -130,7 +133,7 @@ Result<platform::WorkloadSpec> render_workload(const std::string& model, const a
   w.revision = api::revision(config);
   w.replicas = replicas;
   w.labels = model_labels(model, track);
-  w.verify = api::agent_verify_command(config, ctx.layout, ctx.images);
+  w.verify = api::agent_verify_command(config, ctx.layout, images);
   w.trust_secret = config.artifact.trust.public_key_secret;
   w.engine = std::move(engine);
   w.artifact = config.artifact;
@@ -138,6 +141,27 @@ Result<platform::WorkloadSpec> render_workload(const std::string& model, const a
   w.scheduling = config.scheduling;
   w.summary = api::summarize(config.serving);
   return w;
+}
+
+std::map<std::string, std::string> stable_pod_labels(const std::string& model) {
+  return {{std::string(api::labels::kModel), model},
+          {std::string(api::labels::kTrack), std::string(api::to_string(api::Track::kStable))}};
+}
+
+std::string stable_selector(const std::string& model) {
+  std::string out;
+  for (const auto& [k, v] : stable_pod_labels(model)) out += (out.empty() ? "" : ",") + k + "=" + v;
+  return out;
+}
+
+platform::DisruptionBudgetSpec render_disruption_budget(const std::string& model, int32_t replicas) {
+  platform::DisruptionBudgetSpec b;
+  b.name = model;
+  b.selector = stable_pod_labels(model);
+  b.labels = model_labels(model, api::Track::kStable);
+  b.labels.erase(std::string(api::labels::kTrack));
+  b.max_unavailable = std::max<int32_t>(1, replicas / 4);
+  return b;
 }
 
 platform::EndpointSpec render_endpoint(const std::string& model) {
@@ -195,6 +219,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   for (const auto& p : ob.stable.pods) pods += p.deleting ? 0 : 1;
   st.replicas = pods;
   st.ready_replicas = ob.stable.ready_replicas;
+  st.selector = stable_selector(name);
 
   auto finish = [&]() -> Plan& {
     condition_events(before, plan);
@@ -231,7 +256,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
     plan.next = reconcile::Action::requeue_after(ctx.trust_recheck);
     return finish();
   }
-  const api::PodConfig pc = target ? target->config : api::pod_config(spec);
+  const api::PodConfig pc = target ? target->config : api::pod_config(spec, ctx.images);
   auto rendered =
       render_workload(name, pc, api::Track::kStable, target ? target->replicas : spec.replicas, ctx);
   if (!rendered.ok()) {
@@ -258,7 +283,7 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   const std::string hash = wl.template_hash();
   const bool need_apply = !is_applied(ob.stable, wl);
   if (need_apply) {
-    plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, "", {}});
+    plan.actions.push_back({PlannedAction::Kind::kApplyWorkload, wl, {}, "", {}, {}});
     std::string what = "revision " + wl.revision + " (" + wl.summary + ")";
     if (!ob.stable.exists) {
       plan.events.push_back(
@@ -275,7 +300,14 @@ Plan plan_steady_state(const ModelInput& in, const Observed& ob, const PlanConte
   }
   const platform::EndpointSpec ep = render_endpoint(name);
   if (!ob.endpoint.exists || ob.endpoint.hash != ep.hash()) {
-    plan.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, ep, "", {}});
+    plan.actions.push_back({PlannedAction::Kind::kApplyEndpoint, {}, ep, "", {}, {}});
+  }
+  // From spec.replicas, not the stable workload's replicas of the moment (a canary that does not
+  // surge takes some): the budget stays put through a rollout.
+  const platform::DisruptionBudgetSpec budget = render_disruption_budget(name, spec.replicas);
+  if (ob.disruption_budget.supported &&
+      (!ob.disruption_budget.exists || ob.disruption_budget.hash != budget.hash())) {
+    plan.actions.push_back({PlannedAction::Kind::kApplyDisruptionBudget, {}, {}, "", {}, budget});
   }
 
   const int32_t desired = wl.replicas;

@@ -845,6 +845,18 @@ Status LocalPlatform::start_listener(Endpoint& e) {
   return save_endpoint(e);
 }
 
+Result<platform::DisruptionBudgetState> LocalPlatform::observe_disruption_budget(const platform::ModelRef&,
+                                                                                 const std::string&) {
+  platform::DisruptionBudgetState s;
+  s.supported = false;
+  return s;
+}
+
+Status LocalPlatform::apply_disruption_budget(const platform::ModelRef&,
+                                              const platform::DisruptionBudgetSpec&) {
+  return ok_status();  // never asked (observe says unsupported); harmless if it were
+}
+
 Status LocalPlatform::apply_endpoint(const ModelRef& model, const platform::EndpointSpec& spec) {
   std::lock_guard lock(mu_);
   if (stopping_) return Error(ErrorCode::kUnavailable, "the local platform is shutting down");

@@ -17,8 +17,9 @@ Manager::Manager(client::Client& api, ManagerOptions options, Clock& clock, Oper
   if (options_.leader_elect) elector_ = std::make_unique<LeaderElector>(api_, options_.election, clock_);
   metrics_.watch_informers([this] {
     std::vector<const cache::Informer*> out;
-    for (const auto* kind : {&client::kinds::inference_model(), &client::kinds::deployment(),
-                             &client::kinds::service(), &client::kinds::pod(), &client::kinds::job()}) {
+    for (const auto* kind :
+         {&client::kinds::inference_model(), &client::kinds::deployment(), &client::kinds::service(),
+          &client::kinds::pod(), &client::kinds::job(), &client::kinds::pod_disruption_budget()}) {
       for (const auto* inf : cache_.informers(*kind)) out.push_back(inf);
     }
     return out;

@@ -312,6 +312,21 @@ Json render_service(const ModelRef& model, const EndpointSpec& spec) {
              {{{"name", "http"}, {"port", spec.port}, {"targetPort", "http"}, {"protocol", "TCP"}}})}}}};
 }
 
+Json render_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec) {
+  return Json{{"apiVersion", "policy/v1"},
+              {"kind", "PodDisruptionBudget"},
+              {"metadata",
+               {{"name", spec.name},
+                {"namespace", model.namespace_},
+                {"labels", spec.labels},
+                {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
+                {"ownerReferences", owner_reference(model)}}},
+              {"spec",
+               {{"maxUnavailable", spec.max_unavailable},
+                {"selector", {{"matchLabels", spec.selector}}},
+                {"unhealthyPodEvictionPolicy", "AlwaysAllow"}}}};
+}
+
 PodState pod_state(const Json& pod) {
   PodState p;
   const Json& meta = member(pod, "metadata");
@@ -595,12 +610,31 @@ Status KubernetesPlatform::apply_endpoint(const ModelRef& model, const EndpointS
   return ok_status();
 }
 
+Result<DisruptionBudgetState> KubernetesPlatform::observe_disruption_budget(const ModelRef& model,
+                                                                            const std::string& name) {
+  cache::Object b = cache_.get_object(client::kinds::pod_disruption_budget(), model.namespace_, name);
+  DisruptionBudgetState s;
+  if (!b) return s;
+  s.exists = true;
+  s.hash = annotation(*b, api::annotations::kTemplateHash);
+  return s;
+}
+
+Status KubernetesPlatform::apply_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec) {
+  auto r = client_.patch(client::kinds::pod_disruption_budget(), model.namespace_, spec.name,
+                         client::PatchType::kApply, render_disruption_budget(model, spec),
+                         {std::string(kFieldManager), true, ""});
+  if (!r.ok()) return std::move(r).error();
+  return ok_status();
+}
+
 Status KubernetesPlatform::cleanup(const ModelRef& model) {
   // The garbage collector removes owned objects too; deleting them here keeps clusters without one
   // (and the time before it runs) tidy. Only objects still labelled for this model name are touched,
   // and only if no live InferenceModel of that name owns them.
   std::string selector = std::string(api::labels::kModel) + "=" + model.name;
-  for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service(), &client::kinds::job()}) {
+  for (const auto* kind : {&client::kinds::deployment(), &client::kinds::service(), &client::kinds::job(),
+                           &client::kinds::pod_disruption_budget()}) {
     INFERGATE_ASSIGN_OR_RETURN(
         auto objs,
         cache_.list_indexed(*kind, model.namespace_, std::string(kModelIndex), model.key(), selector));

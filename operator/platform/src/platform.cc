@@ -35,6 +35,11 @@ std::string JobSpec::hash() const {
   return api::short_hash(j.dump(), 16);
 }
 
+std::string DisruptionBudgetSpec::hash() const {
+  Json j = {{"name", name}, {"selector", selector}, {"labels", labels}, {"maxUnavailable", max_unavailable}};
+  return api::short_hash(j.dump(), 16);
+}
+
 std::string EndpointSpec::hash() const {
   Json j = {{"name", name}, {"selector", selector}, {"labels", labels}, {"port", port}};
   return api::short_hash(j.dump(), 16);

@@ -77,6 +77,13 @@ bool apply(StageName stage, const api::PodConfig& desired, api::PodConfig& c, st
         c.engine.image = desired.engine.image;
         c.engine.args = desired.engine.args;
       }
+      // The operator's images (a new operator release): proved like a new runtime release.
+      if (c.images != desired.images) {
+        note(change, "agent image", c.images.agent, desired.images.agent);
+        note(change, "runtime image", c.images.runtime, desired.images.runtime);
+        note(change, "runtime-cuda image", c.images.runtime_cuda, desired.images.runtime_cuda);
+        c.images = desired.images;
+      }
       break;
     case StageName::kKvCache:
       note(change, "kvCacheDtype", std::string(api::to_string(c.serving.kv_cache_dtype)),

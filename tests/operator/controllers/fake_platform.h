@@ -130,10 +130,34 @@ class FakePlatform final : public platform::Platform {
     log_.push_back("endpoint " + spec.name);
     return ok_status();
   }
+  Result<platform::DisruptionBudgetState> observe_disruption_budget(const platform::ModelRef&,
+                                                                    const std::string& name) override {
+    std::lock_guard lock(mu_);
+    platform::DisruptionBudgetState s;
+    auto it = budgets_.find(name);
+    if (it == budgets_.end()) return s;
+    s.exists = true;
+    s.hash = it->second.hash();
+    return s;
+  }
+  Status apply_disruption_budget(const platform::ModelRef&,
+                                 const platform::DisruptionBudgetSpec& spec) override {
+    std::lock_guard lock(mu_);
+    budgets_[spec.name] = spec;
+    log_.push_back("budget " + spec.name + " maxUnavailable " + std::to_string(spec.max_unavailable));
+    return ok_status();
+  }
+  std::optional<platform::DisruptionBudgetSpec> budget(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    auto it = budgets_.find(name);
+    if (it == budgets_.end()) return std::nullopt;
+    return it->second;
+  }
   Status cleanup(const platform::ModelRef&) override {
     std::lock_guard lock(mu_);
     workloads_.clear();
     endpoints_.clear();
+    budgets_.clear();
     jobs_.clear();
     return ok_status();
   }
@@ -196,6 +220,7 @@ class FakePlatform final : public platform::Platform {
   mutable std::mutex mu_;
   std::map<std::string, platform::WorkloadSpec> workloads_;
   std::map<std::string, WallTime> started_;
+  std::map<std::string, platform::DisruptionBudgetSpec> budgets_;
   std::map<std::string, platform::EndpointSpec> endpoints_;
   std::map<std::string, platform::JobSpec> jobs_;
   std::vector<std::string> log_;

@@ -44,7 +44,7 @@ api::PodConfig stable_config_fp16() {
   j["spec"]["artifact"]["path"] = "glm/fp16";
   auto m = api::parse_inference_model(j);
   EXPECT_TRUE(m.ok());
-  return api::pod_config(m->spec);
+  return api::pod_config(m->spec, api::Images{});  // with the operator's images, as status records them
 }
 
 PlanContext ctx(WallTime now) { return PlanContext{now, api::Images{}, api::Layout{}}; }
@@ -87,7 +87,7 @@ struct World {
 
 rollout::Stage the_stage() {
   auto in = read_model(model_json());
-  auto stages = rollout::plan_stages(stable_config_fp16(), api::pod_config(*in->spec), {});
+  auto stages = rollout::plan_stages(stable_config_fp16(), api::pod_config(*in->spec, api::Images{}), {});
   EXPECT_EQ(stages.size(), 1u);
   return stages.front();
 }
@@ -102,6 +102,8 @@ World idle_world() {
   w.ob.trust = platform::TrustState::kPresent;
   w.ob.stable = running(stable_config_fp16(), api::Track::kStable, 2, true);
   w.ob.endpoint = platform::EndpointState{true, render_endpoint("glm").hash(), "http://glm.models.svc:80"};
+  w.ob.disruption_budget =
+      platform::DisruptionBudgetState{true, true, render_disruption_budget("glm", 2).hash()};
   return w;
 }
 
@@ -145,6 +147,7 @@ std::string describe(const PlannedAction& a) {
     case PlannedAction::Kind::kDeleteWorkload: return "delete " + a.name;
     case PlannedAction::Kind::kApplyJob: return "job " + a.job.name;
     case PlannedAction::Kind::kDeleteJob: return "delete job";
+    case PlannedAction::Kind::kApplyDisruptionBudget: return "budget " + a.budget.name;
   }
   return "?";
 }

@@ -639,6 +639,68 @@ TEST_F(Rollout, AStablePodThatRestartedFiveTimesOverAWeekIsHealthyThreeTimesInAM
   EXPECT_EQ(condition("StableHealthy")["reason"], "CrashLoopBackOff");
 }
 
+TEST_F(Rollout, AnOperatorWithNewImagesLeavesStableAloneAndBringsThemThroughAnArtifactStage) {
+  deploy();
+  const auto before = platform_.workload("glm");
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->verify.image, "infergate/agent:0.1.0");
+  // The operator restarts as a new release: other images.
+  ControllerOptions o;
+  o.rollout_metrics = &metrics_;
+  o.images = {"infergate/agent:0.2.0", "infergate/runtime:0.2.0", "infergate/runtime-cuda:0.2.0"};
+  reconciler_ = std::make_unique<InferenceModelReconciler>(store_, platform_, events_, capacity_, clock_, o);
+  step();
+  // Stable is untouched: the same template, the old agent; the new images run in a canary.
+  EXPECT_EQ(platform_.workload("glm")->template_hash(), before->template_hash());
+  EXPECT_EQ(stage_name(), "artifact");
+  auto canary = platform_.workload("glm-canary");
+  ASSERT_TRUE(canary.has_value());
+  EXPECT_EQ(canary->verify.image, "infergate/agent:0.2.0");
+  EXPECT_EQ(canary->engine.container.image, "infergate/runtime:0.2.0");
+  EXPECT_NE(
+      events_.message("StageStarted").find("agent image infergate/agent:0.1.0 -> infergate/agent:0.2.0"),
+      std::string::npos)
+      << events_.message("StageStarted");
+  // Gated like any stage; once promoted, stable runs the new images and records them.
+  steps(2);
+  clock_.advance(61s);
+  steps(4);
+  EXPECT_FALSE(status().contains("stage")) << status().dump(2);
+  EXPECT_EQ(platform_.workload("glm")->verify.image, "infergate/agent:0.2.0");
+  EXPECT_EQ(status()["stable"]["podConfig"]["images"]["agent"], "infergate/agent:0.2.0");
+  EXPECT_EQ(status()["history"].back()["stage"], "artifact");
+  EXPECT_EQ(status()["history"].back()["outcome"], "Promoted");
+}
+
+TEST_F(Rollout, AStatusFromBeforeImagesWereRecordedAdoptsTheOperatorsImagesWithoutAStage) {
+  deploy();
+  Json m = store_.object();
+  m["status"]["stable"]["podConfig"].erase("images");
+  auto pc = api::pod_config_from_json(m["status"]["stable"]["podConfig"]);
+  ASSERT_TRUE(pc.ok());
+  m["status"]["stable"]["revision"] = api::revision(*pc);
+  store_.put(m);
+  step();
+  EXPECT_FALSE(status().contains("stage"));
+  EXPECT_EQ(status()["stable"]["podConfig"]["images"]["agent"], "infergate/agent:0.1.0");
+}
+
+TEST_F(Rollout, EachModelGetsADisruptionBudgetOfAQuarterOfItsReplicasAtLeastOne) {
+  deploy();
+  auto b = platform_.budget("glm");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->max_unavailable, 1);
+  EXPECT_EQ(b->selector, (std::map<std::string, std::string>{{"serving.infergate.dev/model", "glm"},
+                                                             {"serving.infergate.dev/track", "stable"}}));
+  change([](Json& s) { s["replicas"] = 12; });
+  step();
+  EXPECT_EQ(platform_.budget("glm")->max_unavailable, 3);
+  EXPECT_EQ(status()["selector"], "serving.infergate.dev/model=glm,serving.infergate.dev/track=stable");
+  for (auto [replicas, unavailable] : {std::pair{0, 1}, {1, 1}, {7, 1}, {8, 2}, {100, 25}}) {
+    EXPECT_EQ(render_disruption_budget("glm", replicas).max_unavailable, unavailable) << replicas;
+  }
+}
+
 TEST_F(Rollout, VersionDriftCountsStablePodsServingAnotherRelease) {
   deploy();
   EXPECT_EQ(metrics_.drift, 0);

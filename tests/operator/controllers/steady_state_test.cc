@@ -27,8 +27,8 @@ ModelInput input(std::function<void(Json&)> edit = {}) {
 }
 
 platform::WorkloadSpec desired(const ModelInput& in) {
-  auto w =
-      render_workload(in.meta.name, api::pod_config(*in.spec), api::Track::kStable, in.spec->replicas, ctx());
+  auto w = render_workload(in.meta.name, api::pod_config(*in.spec, ctx().images), api::Track::kStable,
+                           in.spec->replicas, ctx());
   EXPECT_TRUE(w.ok());
   return *w;
 }
@@ -70,6 +70,8 @@ Observed serving(const ModelInput& in, int ready = 2) {
   }
   ob.endpoint.exists = true;
   ob.endpoint.hash = render_endpoint(in.meta.name).hash();
+  ob.disruption_budget.exists = true;
+  ob.disruption_budget.hash = render_disruption_budget(in.meta.name, in.spec ? in.spec->replicas : 0).hash();
   return ob;
 }
 
@@ -92,11 +94,16 @@ TEST(SteadyState, ANewModelGetsAWorkloadAndAnEndpoint) {
   Observed ob;
   ob.trust = platform::TrustState::kPresent;
   Plan p = plan_steady_state(in, ob, ctx());
-  ASSERT_EQ(p.actions.size(), 2u);
+  ASSERT_EQ(p.actions.size(), 3u);
   EXPECT_EQ(p.actions[0].kind, PlannedAction::Kind::kApplyWorkload);
   EXPECT_EQ(p.actions[0].workload.name, "glm-4-9b");
   EXPECT_EQ(p.actions[0].workload.replicas, 2);
   EXPECT_EQ(p.actions[1].kind, PlannedAction::Kind::kApplyEndpoint);
+  EXPECT_EQ(p.actions[2].kind, PlannedAction::Kind::kApplyDisruptionBudget);
+  EXPECT_EQ(p.actions[2].budget.max_unavailable, 1);
+  // A platform without voluntary disruptions is never asked for a budget.
+  ob.disruption_budget.supported = false;
+  EXPECT_EQ(plan_steady_state(in, ob, ctx()).actions.size(), 2u);
   EXPECT_EQ(condition(p, "Progressing").status, "True");
   EXPECT_EQ(condition(p, "Progressing").reason, "Deploying");
   EXPECT_EQ(condition(p, "Verified").status, "Unknown");
@@ -283,7 +290,7 @@ TEST(SteadyState, CapacityVerdictsGateTheDeployment) {
   EXPECT_EQ(condition(p, "Ready").reason, "KvCacheTooLarge");
   ob.capacity = CapacityVerdict{true, "Fits", "needs 60 GiB of 80 GiB", {}};
   Plan ok = plan_steady_state(in, ob, ctx());
-  EXPECT_EQ(ok.actions.size(), 2u);
+  EXPECT_EQ(ok.actions.size(), 3u);  // workload, endpoint, disruption budget
   EXPECT_EQ(condition(ok, "CapacityFits").status, "True");
 }
 
@@ -295,7 +302,7 @@ TEST(SteadyState, AnUncheckedCapacityIsSaidAndDoesNotBlock) {
   v.checked = false;
   ob.capacity = v;
   Plan p = plan_steady_state(in, ob, ctx());
-  ASSERT_EQ(p.actions.size(), 2u);
+  ASSERT_EQ(p.actions.size(), 3u);  // workload, endpoint, disruption budget
   EXPECT_EQ(p.actions[0].kind, PlannedAction::Kind::kApplyWorkload);
   EXPECT_EQ(condition(p, "CapacityFits").status, "Unknown");
   EXPECT_EQ(condition(p, "CapacityFits").reason, "CapacityPlanningNotConfigured");

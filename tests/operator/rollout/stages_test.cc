@@ -106,6 +106,31 @@ TEST(StagePlanner, EngineImageChangeIsAReleaseStage) {
   EXPECT_NE(stages[0].change.find("engine.image"), std::string::npos);
 }
 
+TEST(StagePlanner, AnOperatorsNewImagesAreAnArtifactStageOfTheirOwn) {
+  api::PodConfig stable = base();
+  stable.images = {"infergate/agent:0.1.0", "infergate/runtime:0.1.0", "infergate/runtime-cuda:0.1.0"};
+  api::PodConfig desired = stable;
+  desired.images.agent = "infergate/agent:0.2.0";
+  auto stages = plan_stages(stable, desired, kDefault);
+  ASSERT_EQ(stages.size(), 1u);
+  EXPECT_EQ(stages[0].name, StageName::kArtifact);
+  EXPECT_EQ(stages[0].change, "agent image infergate/agent:0.1.0 -> infergate/agent:0.2.0");
+  EXPECT_EQ(stages[0].to.images, desired.images);
+  EXPECT_NE(stages[0].revision, api::revision(stable));
+  // With a spec change too, the images still go first, apart from the format change.
+  desired.serving.kv_cache_dtype = api::KvCacheDtype::kInt8;
+  stages = plan_stages(stable, desired, kDefault);
+  ASSERT_EQ(names(stages), (std::vector<StageName>{StageName::kArtifact, StageName::kKvCache}));
+  EXPECT_EQ(stages[1].change, "kvCacheDtype fp16 -> int8");
+  // Images that were never recorded are left out of the revision (statuses written before them).
+  api::PodConfig unrecorded = base();
+  EXPECT_FALSE(api::canonical_json(unrecorded).contains("images"));
+  EXPECT_TRUE(api::canonical_json(stable).contains("images"));
+  auto back = api::pod_config_from_json(api::canonical_json(stable));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->images, stable.images);
+}
+
 TEST(StagePlanner, ResourcesAndSchedulingGoWithCapacity) {
   api::PodConfig want = base();
   want.resources.limits["nvidia.com/gpu"] = "2";

@@ -14,13 +14,6 @@
 
 namespace infergate::op::api {
 
-// Default image references, overridable by operator flags and spec.engine.image.
-struct Images {
-  std::string agent = "infergate/agent:0.1.0";
-  std::string runtime = "infergate/runtime:0.1.0";            // CPU
-  std::string runtime_cuda = "infergate/runtime-cuda:0.1.0";  // used when the pod asks for a GPU
-};
-
 // Where a platform puts things inside a pod (Kubernetes) or on disk (local processes).
 struct Layout {
   std::string model_root = "/models";                    // the artifact volume's mount point

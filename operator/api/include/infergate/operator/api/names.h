@@ -46,16 +46,36 @@ std::string track_endpoint_name(std::string_view model, Track track);
 // The quality check of one canary revision: "glm-q-<revision>" (within 63 characters).
 std::string quality_job_name(std::string_view model, std::string_view revision);
 
-// Everything in a spec that defines what a pod runs: all of it except replicas and rollout policy.
+// Default image references, overridable by operator flags and spec.engine.image.
+struct Images {
+  std::string agent = "infergate/agent:0.1.0";
+  std::string runtime = "infergate/runtime:0.1.0";            // CPU
+  std::string runtime_cuda = "infergate/runtime-cuda:0.1.0";  // used when the pod asks for a GPU
+  bool operator==(const Images&) const = default;
+};
+
+// Everything that defines what a pod runs: the spec's all but replicas and rollout policy, and the
+// images the operator supplies (its agent, and its runtime where spec.engine.image is empty). The
+// images are part of the configuration, so a new operator's images reach a model only through a
+// gated stage (the artifact stage), never by re-rendering stable.
 struct PodConfig {
   ArtifactSpec artifact;
   EngineSpec engine;
   ServingConfig serving;
   Resources resources;
   SchedulingSpec scheduling;
+  // The operator's images this configuration runs with. Empty (agent "") in a configuration read
+  // from a status written before images were recorded: rendering then uses the operator's own.
+  Images images{"", "", ""};
 };
+// The spec's configuration with the operator's images (what the spec asks for now).
+PodConfig pod_config(const InferenceModelSpec& spec, const Images& images);
+// The same without images (for what does not render pods: capacity planning, older statuses).
 PodConfig pod_config(const InferenceModelSpec& spec);
-// Canonical JSON of a PodConfig (stable key order), the input of revision().
+// `images` unless the configuration records its own.
+const Images& images_of(const PodConfig& config, const Images& images);
+// Canonical JSON of a PodConfig (stable key order), the input of revision(). The images are written
+// only when recorded, so a configuration without them keeps the revision it had before they were.
 Json canonical_json(const PodConfig& config);
 // The inverse of canonical_json (status.stable.podConfig back into a PodConfig). Errors name the field.
 Result<PodConfig> pod_config_from_json(const Json& j);

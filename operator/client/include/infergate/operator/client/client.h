@@ -38,6 +38,7 @@ const ResourceKind& deployment();
 const ResourceKind& service();
 const ResourceKind& pod();
 const ResourceKind& job();
+const ResourceKind& pod_disruption_budget();
 const ResourceKind& secret();
 const ResourceKind& event();
 const ResourceKind& lease();

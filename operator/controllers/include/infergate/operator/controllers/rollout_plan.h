@@ -12,12 +12,14 @@
 
 namespace infergate::op::controllers {
 
-// The configuration that serves, from status.stable (nullopt before the first deployment completes).
-std::optional<api::PodConfig> stable_config(const ModelInput& in);
+// The configuration that serves, from status.stable (nullopt before the first deployment completes),
+// with the images it was deployed with; `images` (the operator's) where the status predates them.
+std::optional<api::PodConfig> stable_config(const ModelInput& in, const api::Images& images);
 
 // The stage the rollout would run next (or is running): the first of the stages from stable to the
-// spec; nullopt when there is none (or no stable configuration yet, or the spec is invalid).
-std::optional<rollout::Stage> next_stage(const ModelInput& in);
+// spec with the operator's `images`; nullopt when there is none (or no stable configuration yet, or
+// the spec is invalid).
+std::optional<rollout::Stage> next_stage(const ModelInput& in, const api::Images& images);
 
 // The whole plan: the first deployment goes straight to stable (nothing serves yet, nothing to
 // compare against); afterwards every change reaches stable only through gated canary stages.

@@ -34,6 +34,7 @@ struct Observed {
   std::optional<platform::TrustState> trust;  // nullopt when not checked (invalid spec)
   platform::WorkloadState stable;
   platform::EndpointState endpoint;
+  platform::DisruptionBudgetState disruption_budget;
   std::optional<CapacityVerdict> capacity;
   // The rollout's view (empty when no stage runs).
   platform::WorkloadState canary;
@@ -48,12 +49,20 @@ struct Observed {
 };
 
 struct PlannedAction {
-  enum class Kind { kApplyWorkload, kApplyEndpoint, kDeleteWorkload, kApplyJob, kDeleteJob };
+  enum class Kind {
+    kApplyWorkload,
+    kApplyEndpoint,
+    kDeleteWorkload,
+    kApplyJob,
+    kDeleteJob,
+    kApplyDisruptionBudget
+  };
   Kind kind;
-  platform::WorkloadSpec workload;  // kApplyWorkload
-  platform::EndpointSpec endpoint;  // kApplyEndpoint
-  std::string name;                 // kDeleteWorkload, kDeleteJob
-  platform::JobSpec job;            // kApplyJob
+  platform::WorkloadSpec workload;        // kApplyWorkload
+  platform::EndpointSpec endpoint;        // kApplyEndpoint
+  std::string name;                       // kDeleteWorkload, kDeleteJob
+  platform::JobSpec job;                  // kApplyJob
+  platform::DisruptionBudgetSpec budget;  // kApplyDisruptionBudget
 };
 
 // What the rollout reports to metrics (the plan stays pure; the controller records these once the
@@ -108,6 +117,16 @@ std::map<std::string, std::string> model_labels(const std::string& model, api::T
 Result<platform::WorkloadSpec> render_workload(const std::string& model, const api::PodConfig& config,
                                                api::Track track, int32_t replicas, const PlanContext& ctx);
 platform::EndpointSpec render_endpoint(const std::string& model);
+// The labels that select the model's stable pods, and the same as a selector string
+// ("serving.infergate.dev/model=glm,serving.infergate.dev/track=stable"): status.selector (what the
+// scale subresource gives HPA and KEDA) and the PodDisruptionBudget select with them.
+std::map<std::string, std::string> stable_pod_labels(const std::string& model);
+std::string stable_selector(const std::string& model);
+// The stable pods' disruption budget for `replicas` (spec.replicas): node drains may take a quarter of
+// them at a time, rounded down, and always at least one, so that a drain never waits forever (a
+// single-replica model is drained like any Deployment's pod; give it two replicas to stay up):
+//   replicas 0-7: maxUnavailable 1;  8-11: 2;  12-15: 3;  ...;  R: R / 4.
+platform::DisruptionBudgetSpec render_disruption_budget(const std::string& model, int32_t replicas);
 
 // Whether the platform holds `spec` as rendered (template, replicas, update strategy) and has acted
 // on it: nothing to apply.

@@ -116,6 +116,11 @@ class LocalPlatform final : public platform::Platform {
                         int32_t replicas) override;
   Status delete_workload(const platform::ModelRef& model, const std::string& workload) override;
   Status apply_endpoint(const platform::ModelRef& model, const platform::EndpointSpec& spec) override;
+  // Local processes have no voluntary disruptions (no node drains): unsupported, never applied.
+  Result<platform::DisruptionBudgetState> observe_disruption_budget(const platform::ModelRef& model,
+                                                                    const std::string& name) override;
+  Status apply_disruption_budget(const platform::ModelRef& model,
+                                 const platform::DisruptionBudgetSpec& spec) override;
   Status cleanup(const platform::ModelRef& model) override;
   Status apply_job(const platform::ModelRef& model, const platform::JobSpec& spec) override;
   Result<platform::JobState> observe_job(const platform::ModelRef& model, const std::string& job) override;

@@ -39,6 +39,9 @@ api::Layout kubernetes_layout();
 Json render_deployment(const ModelRef& model, const WorkloadSpec& spec);
 // The Service for an endpoint.
 Json render_service(const ModelRef& model, const EndpointSpec& spec);
+// The PodDisruptionBudget (policy/v1) for a disruption budget: maxUnavailable of the stable pods, and
+// unhealthyPodEvictionPolicy AlwaysAllow, so a pod that is not ready never holds up a node drain.
+Json render_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec);
 // A pod object as the platform-neutral PodState (the agent's init container is "verify", the serving
 // container "runtime").
 PodState pod_state(const Json& pod);
@@ -53,7 +56,8 @@ WorkloadState workload_state(const Json& deployment, const std::vector<const Jso
 
 class KubernetesPlatform final : public Platform {
  public:
-  // The cache must hold Deployments, Services and Pods (the manager sets that up). Secrets are not
+  // The cache must hold Deployments, Services, Pods, Jobs and PodDisruptionBudgets (the app sets that
+  // up). Secrets are not
   // watched (no Secret reads beyond a metadata GET of the one named); a Secret found present is
   // trusted to exist for `trust_ttl` before it is looked up again, a missing one is looked up on
   // every check.
@@ -72,6 +76,9 @@ class KubernetesPlatform final : public Platform {
   Status scale_workload(const ModelRef& model, const std::string& workload, int32_t replicas) override;
   Status delete_workload(const ModelRef& model, const std::string& workload) override;
   Status apply_endpoint(const ModelRef& model, const EndpointSpec& spec) override;
+  Result<DisruptionBudgetState> observe_disruption_budget(const ModelRef& model,
+                                                          const std::string& name) override;
+  Status apply_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec) override;
   Status cleanup(const ModelRef& model) override;
   Status apply_job(const ModelRef& model, const JobSpec& spec) override;
   Result<JobState> observe_job(const ModelRef& model, const std::string& job) override;

@@ -69,6 +69,23 @@ struct EndpointState {
   std::string url;  // how clients reach it
 };
 
+// How many of the model's stable pods voluntary disruptions (node drains, cluster upgrades) may take
+// at once: a PodDisruptionBudget on Kubernetes. Owned by the model, gone with it.
+struct DisruptionBudgetSpec {
+  std::string name;                             // the model's name
+  std::map<std::string, std::string> selector;  // the stable pods
+  std::map<std::string, std::string> labels;
+  int32_t max_unavailable = 1;
+  std::string hash() const;
+};
+
+struct DisruptionBudgetState {
+  // false: the platform has no voluntary disruptions to budget (local processes); nothing is applied.
+  bool supported = true;
+  bool exists = false;
+  std::string hash;
+};
+
 // The agent's init step in one pod.
 struct VerifyState {
   enum class Phase { kNotStarted, kRunning, kSucceeded, kFailed };
@@ -192,6 +209,11 @@ class Platform {
   virtual Status scale_workload(const ModelRef& model, const std::string& workload, int32_t replicas) = 0;
   virtual Status delete_workload(const ModelRef& model, const std::string& workload) = 0;
   virtual Status apply_endpoint(const ModelRef& model, const EndpointSpec& spec) = 0;
+  // The stable pods' disruption budget (a PodDisruptionBudget): observed from the cache, applied
+  // whole. A platform where it means nothing reports supported = false and is never asked to apply.
+  virtual Result<DisruptionBudgetState> observe_disruption_budget(const ModelRef& model,
+                                                                  const std::string& name) = 0;
+  virtual Status apply_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec) = 0;
   // The model is gone: remove everything it owned.
   virtual Status cleanup(const ModelRef& model) = 0;
 

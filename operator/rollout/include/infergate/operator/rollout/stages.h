@@ -13,8 +13,9 @@
 namespace infergate::op::rollout {
 
 // What each stage changes:
-//   artifact  a new release of the same weight format: artifact volume, path and trust, and the engine
-//             (kind, image, args): a new runtime release is proved the same way as a new model release
+//   artifact  a new release of the same weight format: artifact volume, path and trust, the engine
+//             (kind, image, args) and the operator's images (agent, default runtime): a new runtime
+//             or agent release is proved the same way as a new model release
 //   weights   the weight format, with the artifact that holds it and the engine's quantization/model file
 //   kvCache   the KV-cache dtype
 //   capacity  context length, concurrency, resources and scheduling (what limits and places the pods)
