@@ -53,10 +53,26 @@ class Alerts(unittest.TestCase):
         with open(os.path.join(SOURCE_DIR, "docs", "metrics.md")) as f:
             doc = f.read()
         for rule in rules():
-            for metric in set(re.findall(r"\binfergate_[a-z0-9_]+", rule["expr"])):
+            names = set(re.findall(r"\binfergate_[a-z0-9_]+", rule["expr"])) | chartlib.engine_metric_names(rule["expr"])
+            for metric in names:
                 base = re.sub(r"_(bucket|sum|count)$", "", metric)
                 with self.subTest(alert=rule["alert"], metric=base):
                     self.assertIn(f"`{base}`", doc)
+
+    def test_the_performance_alerts_read_every_engines_series_as_the_gate_does(self):
+        by_name = {r["alert"]: r["expr"] for r in rules()}
+        wanted = {"InfergateHighTimeToFirstToken": ("ttft", "_bucket"),
+                  "InfergateHighTimePerOutputToken": ("tpot", "_bucket"),
+                  "InfergateHighErrorRate": ("errors", ""), }
+        series = chartlib.engine_series()
+        self.assertIn("vllm", series)
+        self.assertIn("sglang", series)
+        for alert, (signal, suffix) in wanted.items():
+            for engine, signals in series.items():
+                names = signals.get(signal, []) + (signals.get("requests", []) if signal == "errors" else [])
+                for name in names:
+                    with self.subTest(alert=alert, engine=engine, series=name):
+                        self.assertIn(name + suffix, by_name[alert])
 
 
 if __name__ == "__main__":

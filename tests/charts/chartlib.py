@@ -5,6 +5,7 @@ by scripts/install-deps.sh); a test that needs it and cannot find it exits 77, w
 skipped, with the reason on stderr.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,27 @@ def one(objs, kind):
     if len(found) != 1:
         raise AssertionError(f"expected one {kind}, found {len(found)}")
     return found[0]
+
+
+def engine_series():
+    """The series the performance gate reads per engine and signal ({"vllm": {"ttft": [...], ...}}), from
+    the engine-profile table in operator/api/src/engine_profile.cc: the dashboard and the alerts read
+    the same ones."""
+    with open(os.path.join(SOURCE_DIR, "operator", "api", "src", "engine_profile.cc")) as f:
+        text = f.read()
+    out = {}
+    for row in re.finditer(r"EngineProfile (\w+)_row\(\) \{(.*?)\n\}", text, re.S):
+        signals = {}
+        for sig, body in re.findall(r"p\.metrics\.(ttft|tpot|requests|errors) = \{(.*?)\};", row.group(2), re.S):
+            signals[sig] = re.findall(r'series\("([^"]+)"', body)
+        if signals:
+            out[row.group(1)] = signals
+    return out
+
+
+def engine_metric_names(expr):
+    """The third-party engines' metric names a PromQL expression reads (vllm:*, sglang:*, http_requests_total)."""
+    return set(re.findall(r"\b(?:vllm|sglang):[a-z0-9_]+|\bhttp_requests_total\b", expr))
 
 
 def main():

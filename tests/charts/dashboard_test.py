@@ -110,6 +110,32 @@ class Dashboard(unittest.TestCase):
                     self.assertIn(f"`{base}`", text)
 
 
+    def test_it_reads_the_series_of_vllm_and_sglang_beside_the_bundled_runtimes(self):
+        # What each panel shows, per engine, as the performance gate reads it (engine_profile.cc).
+        series = chartlib.engine_series()
+        self.assertTrue({"bundled", "vllm", "sglang"} <= set(series), series)
+        panels = {p["title"]: " ".join(t["expr"] for t in p.get("targets", [])) for p in load()["panels"]}
+        wanted = {"Time to first token": ("ttft", "_bucket"), "Time per output token": ("tpot", "_bucket"),
+                  "Requests per second": ("requests", ""), "Error ratio": ("errors", "")}
+        for title, (signal, suffix) in wanted.items():
+            for engine, signals in series.items():
+                for name in signals.get(signal, []):
+                    with self.subTest(panel=title, engine=engine, series=name):
+                        self.assertIn(name + suffix, panels[title])
+        for title, names in {"KV-cache fill": ["vllm:kv_cache_usage_perc", "sglang:token_usage"],
+                             "Requests running / waiting": ["vllm:num_requests_running", "sglang:num_queue_reqs"]}.items():
+            for name in names:
+                self.assertIn(name, panels[title])
+
+    def test_every_engine_series_it_reads_is_documented(self):
+        text = doc()
+        for p, expr in queries(load()):
+            for metric in chartlib.engine_metric_names(expr):
+                base = re.sub(r"_(bucket|sum|count)$", "", metric)
+                with self.subTest(panel=p["title"], metric=base):
+                    self.assertIn(f"`{base}`", text)
+
+
 class MetricsReference(unittest.TestCase):
     def test_every_metric_registered_in_the_sources_is_documented(self):
         names = registered_metric_names()
