@@ -406,8 +406,8 @@ class Rbac(unittest.TestCase):
 
 class Images(unittest.TestCase):
     def operator_defaults(self):
-        """The image defaults compiled into the operator (operator/api/.../engine.h)."""
-        path = os.path.join(SOURCE_DIR, "operator", "api", "include", "infergate", "operator", "api", "engine.h")
+        """The image defaults compiled into the operator (operator/api/.../names.h, api::Images)."""
+        path = os.path.join(SOURCE_DIR, "operator", "api", "include", "infergate", "operator", "api", "names.h")
         with open(path) as f:
             text = f.read()
         found = dict(re.findall(r'std::string\s+(agent|runtime|runtime_cuda)\s*=\s*"([^"]+)"', text))
