@@ -119,6 +119,11 @@ Plan plan_model(const ModelInput& in, const Observed& ob, const PlanContext& ctx
   st.stage = rs.stage;
   if (rs.canary && rs.stage) rs.canary->replicas = in.spec->rollout.canary.replicas;
   st.canary = rs.stage ? rs.canary : std::nullopt;
+  // status.replicas (the scale subresource's current count, what an HPA scales from) counts the pods
+  // that stand for spec.replicas: a canary that does not surge took its pods from stable.
+  if (rs.stage && !in.spec->rollout.canary.surge) {
+    for (const auto& p : ob.canary.pods) st.replicas += p.deleting ? 0 : 1;
+  }
   st.failed_revisions = rs.failed_revisions;
   st.control = rs.control;
   for (auto& h : step.history) {

@@ -408,6 +408,8 @@ TEST_F(Rollout, WithoutSurgeTheCanaryTakesAStablePodAndStableNeverGoesBelowTheRe
   EXPECT_EQ(platform_.workload("glm-canary")->replicas, 1) << "the released pod's GPUs go to the canary";
   EXPECT_LE(held(), 3);
   step();  // canary verified and ready: the window opens
+  // What stands for spec.replicas (an HPA's current count) is still 3: 2 stable pods and the canary's.
+  EXPECT_EQ(status()["replicas"], 3) << status().dump(2);
   clock_.advance(61s);
   for (int i = 0; i < 8 && status().contains("stage"); ++i) {
     step();

@@ -269,7 +269,9 @@ struct InferenceModelStatus {
   std::vector<HistoryEntry> history;          // newest last, at most kMaxHistory
   std::vector<std::string> failed_revisions;  // not retried until the spec changes
   RolloutControlStatus control;
-  int32_t replicas = 0;  // stable pods (the scale subresource's status replicas)
+  // Pods standing for spec.replicas: stable's, and a canary's that took its pods from stable
+  // (surge: false). The scale subresource's status replicas.
+  int32_t replicas = 0;
   int32_t ready_replicas = 0;
   // The label selector of the stable pods as a string ("serving.infergate.dev/model=glm,..."): the
   // scale subresource's labelSelectorPath, which HPA and KEDA read to find the pods they measure.
