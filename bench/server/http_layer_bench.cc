@@ -1,8 +1,8 @@
-// HTTP layer benchmark: the runtime's own HTTP server (Boost.Beast over Asio, runtime/server's
-// HttpServer) against a minimal cpprestsdk http_listener, serving the same two trivial endpoints
-// (GET /healthz and a small POST /echo that returns its body), driven by the same loopback client
-// (keep-alive HTTP/1.1 over raw sockets, one connection per client thread, closed loop) at
-// concurrency 1 and 16. Prints requests/s, p50 and p99 latency per point and the Beast / cpprestsdk
+// HTTP layer benchmark: the project's HTTP server (Boost.Beast over Asio, http/: infergate::http::Server,
+// which the runtime, the operator and the local router use) against a minimal cpprestsdk http_listener,
+// serving the same two trivial endpoints (GET /healthz and a small POST /echo that returns its body), driven
+// by the same loopback client (keep-alive HTTP/1.1 over raw sockets, one connection per client thread, closed
+// loop) at concurrency 1 and 16. Prints requests/s, p50 and p99 latency per point and the Beast / cpprestsdk
 // ratios measured in the same run. No model is involved: this isolates the HTTP layer.
 //
 // Usage: http_layer_bench [--seconds S] [--io-threads N] [--json FILE]
@@ -28,9 +28,9 @@
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
 #include "infergate/common/log.h"
-#include "infergate/runtime/server/http_server.h"
+#include "infergate/http/server.h"
 
-namespace srv = infergate::runtime::server;
+namespace srv = infergate::http;
 using infergate::Json;
 using Clock = std::chrono::steady_clock;
 
@@ -172,15 +172,15 @@ Point drive(int port, const std::string& request, const std::string* expect_body
 
 // ---- the two servers ------------------------------------------------------------------------------
 
-// The runtime's HTTP layer with the two trivial routes.
-std::unique_ptr<srv::HttpServer> start_beast(int io_threads) {
-  srv::HttpServerOptions o;
+// The project's HTTP server with the two trivial routes.
+std::unique_ptr<srv::Server> start_beast(int io_threads) {
+  srv::ServerOptions o;
   o.host = "127.0.0.1";
   o.port = 0;
   o.io_threads = io_threads;
-  auto s = srv::HttpServer::start(o, [](std::shared_ptr<srv::Exchange> ex) {
-    const srv::HttpRequest& r = ex->request();
-    srv::HttpResponse resp;
+  auto s = srv::Server::start(o, [](std::shared_ptr<srv::Exchange> ex) {
+    const srv::Request& r = ex->request();
+    srv::Response resp;
     if (r.method == "GET" && r.path == "/healthz") {
       resp.body = R"({"status":"ok"})";
     } else if (r.method == "POST" && r.path == "/echo") {

@@ -14,8 +14,8 @@
 #include "infergate/common/fs.h"
 #include "infergate/common/json.h"
 #include "infergate/common/log.h"
+#include "infergate/http/client.h"
 #include "infergate/runtime/model/test_model.h"
-#include "infergate/runtime/server/http_client.h"
 #include "infergate/runtime/server/scheduler.h"
 #include "infergate/runtime/server/server.h"
 
@@ -38,20 +38,21 @@ Throughput measure_throughput(const srv::Server& s, int clients, double seconds)
   const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(seconds));
   std::vector<std::thread> pool;
-  auto url = *srv::parse_url(s.url());
+  auto client = *infergate::http::Client::create({s.url(), std::chrono::seconds(120), {}, "server_bench"});
   for (int c = 0; c < clients; ++c) {
     pool.emplace_back([&, c] {
       for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
-        srv::ClientRequest r;
+        infergate::http::ClientRequest r;
         r.method = "POST";
         r.target = "/v1/completions";
+        r.content_type = "application/json";
         r.body = infergate::dump_json(
             {{"prompt", "Benchmark client " + std::to_string(c) + " request " + std::to_string(i) +
                             ": write a short story about a lighthouse."},
              {"max_tokens", 64},
              {"temperature", 0},
              {"ignore_eos", true}});
-        auto resp = srv::http_call(url, r);
+        auto resp = client->call(r);
         if (!resp.ok() || resp->status != 200) {
           ++errors;
           continue;

@@ -1,7 +1,5 @@
-// HttpTarget: a running OpenAI-compatible server asked through POST /v1/completions (the only code
-// here that includes cpprestsdk; its exceptions are converted at this boundary).
-#include <cpprest/http_client.h>
-
+// HttpTarget: a running OpenAI-compatible server asked through POST /v1/completions, over the
+// project's HTTP client (infergate_http_client), whose transport errors become Target reasons here.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,14 +7,11 @@
 
 #include "infergate/common/json.h"
 #include "infergate/common/log.h"
+#include "infergate/http/client.h"
 #include "infergate/runtime/eval/target.h"
 #include "infergate/runtime/model/unicode.h"
 
 namespace infergate::runtime::eval {
-
-namespace http = web::http;
-using http::client::http_client;
-using http::client::http_client_config;
 
 namespace {
 
@@ -56,31 +51,31 @@ std::optional<double> number_or_null(const Json& v) {
 
 struct HttpTarget::Impl {
   std::string url;
-  std::unique_ptr<http_client> client;
+  std::unique_ptr<http::Client> client;
   int retries = 2;
 
   Result<Response> send_once(const std::string& method, const std::string& path, const std::string& body) {
-    try {
-      http::http_request req(utility::conversions::to_string_t(method));
-      req.set_request_uri(utility::conversions::to_string_t(path));
-      req.headers().add(U("Accept"), U("application/json"));
-      if (!body.empty()) req.set_body(body, "application/json");
-      http::http_response resp = client->request(req).get();
-      Response out;
-      out.status = resp.status_code();
-      std::vector<unsigned char> bytes = resp.extract_vector().get();
-      if (bytes.size() > kMaxResponseBytes) return bad_response("a body over 64 MiB");
-      out.body.assign(bytes.begin(), bytes.end());
-      return out;
-    } catch (const http::http_exception& e) {
-      if (e.error_code() == std::errc::timed_out) {
+    http::ClientRequest req;
+    req.method = method;
+    req.target = path;
+    req.headers = {{"Accept", "application/json"}};
+    if (!body.empty()) {
+      req.body = body;
+      req.content_type = "application/json";
+    }
+    req.max_body = kMaxResponseBytes;
+    auto resp = client->call(req);
+    if (!resp.ok()) {
+      const Error& e = resp.error();
+      if (e.reason() == "BodyTooLarge") return bad_response("a body over 64 MiB");
+      if (e.code() == ErrorCode::kDeadlineExceeded) {
         return Error(ErrorCode::kDeadlineExceeded, method + " " + url + path + ": timed out",
                      "TargetTimeout");
       }
-      return Error(ErrorCode::kUnavailable, method + " " + url + path + ": " + e.what(), "TargetUnreachable");
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::kUnavailable, method + " " + url + path + ": " + e.what(), "TargetUnreachable");
+      return Error(ErrorCode::kUnavailable, method + " " + url + path + ": " + e.message(),
+                   "TargetUnreachable");
     }
+    return Response{resp->status, std::move(resp->body)};
   }
 
   // Sends with retries of transport errors, 429 and 5xx (1 s, 2 s, ...); returns the 2xx body or the error.
@@ -121,13 +116,16 @@ Result<std::unique_ptr<HttpTarget>> HttpTarget::connect(const HttpTargetOptions&
   impl->url = options.url;
   while (!impl->url.empty() && impl->url.back() == '/') impl->url.pop_back();
   impl->retries = std::max(0, options.retries);
-  http_client_config cfg;
-  cfg.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.timeout));
-  try {
-    impl->client = std::make_unique<http_client>(utility::conversions::to_string_t(impl->url), cfg);
-  } catch (const std::exception& e) {
-    return invalid_argument("URL \"" + options.url + "\": " + e.what()).with_reason("BadTarget");
+  http::ClientOptions co;
+  co.base_url = impl->url;
+  co.timeout = options.timeout;
+  co.user_agent = "infergate-runtime-eval";
+  auto client = http::Client::create(co);
+  if (!client.ok()) {
+    return invalid_argument("URL \"" + options.url + "\": " + client.error().message())
+        .with_reason("BadTarget");
   }
+  impl->client = std::move(*client);
   std::string model = options.model;
   if (model.empty()) {
     INFERGATE_ASSIGN_OR_RETURN(std::string body, impl->call("GET", "/v1/models", ""));

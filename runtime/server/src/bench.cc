@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "infergate/common/fs.h"
-#include "infergate/runtime/server/http_client.h"
+#include "infergate/http/client.h"
 
 namespace infergate::runtime::server {
 namespace {
@@ -180,13 +180,16 @@ Result<BenchReport> run_bench(const BenchOptions& o, const std::vector<BenchProm
   }
   if (o.concurrency < 0) return Error(ErrorCode::kInvalidArgument, "--concurrency must be >= 0", "BadFlag");
   if (prompts.empty()) return Error(ErrorCode::kInvalidArgument, "no prompts", "BadFlag");
-  INFERGATE_ASSIGN_OR_RETURN(Url url, parse_url(o.url));
+  http::ClientOptions co;
+  co.base_url = o.url;
+  co.user_agent = "infergate-runtime-bench";
+  INFERGATE_ASSIGN_OR_RETURN(std::unique_ptr<http::Client> client, http::Client::create(co));
   std::string model = o.model;
   if (model.empty()) {
-    ClientRequest req;
+    http::ClientRequest req;
     req.target = "/v1/models";
     req.timeout = std::chrono::milliseconds(10'000);
-    INFERGATE_ASSIGN_OR_RETURN(ClientResponse resp, http_call(url, req));
+    INFERGATE_ASSIGN_OR_RETURN(http::ClientResponse resp, client->call(req));
     auto j = parse_json(resp.body, "GET /v1/models");
     if (resp.status != 200 || !j.ok() || !j->contains("data") || !(*j)["data"].is_array() ||
         (*j)["data"].empty() || !(*j)["data"][0].contains("id") || !(*j)["data"][0]["id"].is_string()) {
@@ -213,8 +216,9 @@ Result<BenchReport> run_bench(const BenchOptions& o, const std::vector<BenchProm
                  {"stream", true},
                  {"stream_options", {{"include_usage", true}}}};
     if (p.seed) body["seed"] = *p.seed;
-    ClientRequest req;
+    http::ClientRequest req;
     req.method = "POST";
+    req.content_type = "application/json";
     if (p.endpoint == Endpoint::kChat) {
       req.target = "/v1/chat/completions";
       Json msgs = Json::array();
@@ -232,7 +236,7 @@ Result<BenchReport> run_bench(const BenchOptions& o, const std::vector<BenchProm
     bool done = false;
     std::string stream_error;
     std::string error_body;
-    SseParser sse([&](std::string_view data) {
+    http::SseParser sse([&](std::string_view data) {
       if (data == "[DONE]") {
         done = true;
         return;
@@ -264,20 +268,25 @@ Result<BenchReport> run_bench(const BenchOptions& o, const std::vector<BenchProm
         }
       }
     });
-    int status = 0;
-    req.on_head = [&](int st, const Headers&) { status = st; };
-    req.on_data = [&](std::string_view piece) {
-      if (status == 200)
-        sse.feed(piece);
-      else
-        error_body.append(piece);
-    };
-    auto resp = http_call(url, req);
-    const auto end = Clock::now();
-    if (!resp.ok()) {
+    auto stream = client->open(req);
+    if (!stream.ok()) {
       s.error = "transport";
       return;
     }
+    const int status = (*stream)->status();
+    for (;;) {
+      auto piece = (*stream)->read();
+      if (!piece.ok()) {
+        s.error = "transport";
+        return;
+      }
+      if (!*piece) break;
+      if (status == 200)
+        sse.feed(**piece);
+      else
+        error_body.append(**piece);
+    }
+    const auto end = Clock::now();
     if (status != 200) {
       s.error = "http_" + std::to_string(status);
       return;

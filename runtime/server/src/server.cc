@@ -15,15 +15,15 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-HttpResponse json_response(int status, const Json& body) {
-  HttpResponse r;
+http::Response json_response(int status, const Json& body) {
+  http::Response r;
   r.status = status;
   r.body = dump_json(body);
   return r;
 }
 
-HttpResponse error_response(const ApiError& e) {
-  HttpResponse r;
+http::Response error_response(const ApiError& e) {
+  http::Response r;
   r.status = e.status;
   r.body = e.body();
   if (!e.retry_after.empty()) r.headers.emplace_back("Retry-After", e.retry_after);
@@ -61,8 +61,8 @@ struct Server::Handlers {
   std::atomic<uint64_t> counter{0};
   uint64_t id_salt = 0;
 
-  void handle(const std::shared_ptr<Exchange>& ex) {
-    const HttpRequest& req = ex->request();
+  void handle(const std::shared_ptr<http::Exchange>& ex) {
+    const http::Request& req = ex->request();
     const std::string& path = req.path;
     const bool get = req.method == "GET" || req.method == "HEAD";
     if (path == "/healthz") {
@@ -76,7 +76,7 @@ struct Server::Handlers {
     }
     if (path == "/metrics") {
       if (!get) return method_not_allowed(ex, "GET");
-      HttpResponse r;
+      http::Response r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = server->metrics_->render();
       return ex->respond(std::move(r));
@@ -99,15 +99,15 @@ struct Server::Handlers {
         api_error(404, "invalid_request_error", "not_found", "no route for " + req.method + " " + path)));
   }
 
-  void method_not_allowed(const std::shared_ptr<Exchange>& ex, const char* allow) {
-    HttpResponse r = error_response(
+  void method_not_allowed(const std::shared_ptr<http::Exchange>& ex, const char* allow) {
+    http::Response r = error_response(
         api_error(405, "invalid_request_error", "method_not_allowed",
                   ex->request().method + " is not allowed on " + ex->request().path + "; use " + allow));
     r.headers.emplace_back("Allow", allow);
     ex->respond(std::move(r));
   }
 
-  void not_ready(const std::shared_ptr<Exchange>& ex) {
+  void not_ready(const std::shared_ptr<http::Exchange>& ex) {
     ApiError e = api_error(503, "server_error", server->draining_ ? "shutting_down" : "not_ready",
                            server->draining_ ? "the server is shutting down" : "the model is still loading");
     e.retry_after = "1";
@@ -115,13 +115,13 @@ struct Server::Handlers {
   }
 
   // Every answered generation request counts in requests_total; refusals also by reason.
-  void refuse(const std::shared_ptr<Exchange>& ex, const ApiError& e) {
+  void refuse(const std::shared_ptr<http::Exchange>& ex, const ApiError& e) {
     server->metrics_->request_finished();
     server->metrics_->request_error(e.reason());
     ex->respond(error_response(e));
   }
 
-  void generate(const std::shared_ptr<Exchange>& ex, Endpoint endpoint) {
+  void generate(const std::shared_ptr<http::Exchange>& ex, Endpoint endpoint) {
     const auto arrival = SteadyClock::now();
     if (!server->ready() || !model) return not_ready(ex);
     ApiError err;
@@ -242,7 +242,7 @@ struct Server::Handlers {
 
   // One request's response state; used only from the scheduler thread.
   struct StreamState {
-    std::shared_ptr<Exchange> ex;
+    std::shared_ptr<http::Exchange> ex;
     std::shared_ptr<GenerateRequest> req;
     const model::Tokenizer* tokenizer = nullptr;
     std::string id;
@@ -368,20 +368,21 @@ Result<std::unique_ptr<Server>> Server::start(const ServeOptions& o,
   INFERGATE_ASSIGN_OR_RETURN(engine::WeightFormat wf, engine::parse_weight_format(o.weight_format));
   INFERGATE_ASSIGN_OR_RETURN(engine::KvCacheDtype kv, engine::parse_kv_cache_dtype(o.kv_cache_dtype));
 
-  HttpServerOptions ho;
+  http::ServerOptions ho;
   ho.host = o.host;
   ho.port = o.port;
   ho.io_threads = o.io_threads;
   ho.max_body_bytes = o.max_body_bytes;
   ho.request_timeout = o.request_timeout;
   ho.write_timeout = o.write_timeout;
+  ho.server_name = "infergate-runtime";
   ho.error_body = [](int status, std::string_view message, std::string_view code) {
     return api_error(status, status >= 500 ? "server_error" : "invalid_request_error", std::string(code),
                      std::string(message))
         .body();
   };
   std::weak_ptr<Handlers> weak = s->handlers_;
-  INFERGATE_ASSIGN_OR_RETURN(s->http_, HttpServer::start(ho, [weak](std::shared_ptr<Exchange> ex) {
+  INFERGATE_ASSIGN_OR_RETURN(s->http_, http::Server::start(ho, [weak](std::shared_ptr<http::Exchange> ex) {
                                if (auto h = weak.lock()) h->handle(ex);
                              }));
   if (on_listening) on_listening(*s);

@@ -1,12 +1,6 @@
 // Test helpers for runtime/eval (see testing.h).
 #include "testing.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <cmath>
@@ -124,68 +118,19 @@ Result<TextScore> FakeTarget::score_text(std::string_view text) {
 }
 
 LoopbackServer::LoopbackServer(Handler handler) : handler_(std::move(handler)) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::listen(fd_, 16), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
-  thread_ = std::thread([this] { serve(); });
+  auto s = http::Server::start({}, pool_.wrap([this](std::shared_ptr<http::Exchange> ex) {
+    ++requests_;
+    const http::Request& r = ex->request();
+    auto [status, body] = handler_(r.method, r.target, r.body);
+    ex->respond(http::Response{status, "application/json", {}, std::move(body)});
+  }));
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().to_string());
+  if (s.ok()) server_ = std::move(*s);
 }
 
 LoopbackServer::~LoopbackServer() {
-  stop_ = true;
-  thread_.join();
-  ::close(fd_);
-}
-
-void LoopbackServer::serve() {
-  while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    std::string in;
-    char buf[65536];
-    size_t header_end = std::string::npos, need = 0;
-    for (;;) {
-      ssize_t n = ::read(c, buf, sizeof buf);
-      if (n <= 0) break;
-      in.append(buf, static_cast<size_t>(n));
-      if (header_end == std::string::npos) {
-        header_end = in.find("\r\n\r\n");
-        if (header_end == std::string::npos) continue;
-        std::string lower = in.substr(0, header_end);
-        std::transform(lower.begin(), lower.end(), lower.begin(),
-                       [](unsigned char ch) { return std::tolower(ch); });
-        const size_t cl = lower.find("content-length:");
-        need = cl == std::string::npos ? 0 : std::stoul(lower.substr(cl + 15));
-      }
-      if (in.size() >= header_end + 4 + need) break;
-    }
-    if (header_end != std::string::npos) {
-      ++requests_;
-      const std::string line = in.substr(0, in.find("\r\n"));
-      const size_t sp1 = line.find(' '), sp2 = line.find(' ', sp1 + 1);
-      auto [status, body] =
-          handler_(line.substr(0, sp1), line.substr(sp1 + 1, sp2 - sp1 - 1), in.substr(header_end + 4, need));
-      std::string out =
-          "HTTP/1.1 " + std::to_string(status) + (status == 200 ? " OK" : " Error") +
-          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-          "\r\nConnection: close\r\n\r\n" + body;
-      size_t off = 0;
-      while (off < out.size()) {
-        ssize_t n = ::write(c, out.data() + off, out.size() - off);
-        if (n <= 0) break;
-        off += static_cast<size_t>(n);
-      }
-    }
-    ::close(c);
-  }
+  if (server_) server_->stop();
+  pool_.stop();
 }
 
 LoopbackServer::Handler openai_handler(Target& target, std::mutex& mu, std::string model) {

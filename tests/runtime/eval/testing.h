@@ -1,5 +1,5 @@
 // Helpers shared by the eval tests: tiny generated models, a scripted Target, and a loopback HTTP
-// server that speaks the OpenAI completions shape (for the HTTP client until tests run a real `serve`).
+// server (the project's, infergate/http/server.h) that speaks the OpenAI completions shape.
 #pragma once
 
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "infergate/common/fs.h"
+#include "infergate/http/server.h"
 #include "infergate/runtime/eval/target.h"
 
 namespace infergate::runtime::eval::testing {
@@ -45,25 +46,22 @@ class FakeTarget final : public Target {
   std::vector<TopToken> distribution(const std::string& context) const;
 };
 
-// One connection at a time, Connection: close; handler(method, target, body) -> {status, body}.
+// handler(method, target, body) -> {status, JSON body}, called on a thread of its own per request.
 class LoopbackServer {
  public:
   using Handler = std::function<std::pair<int, std::string>(
       const std::string& method, const std::string& target, const std::string& body)>;
   explicit LoopbackServer(Handler handler);
   ~LoopbackServer();
-  int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return server_ ? server_->port() : 0; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
   int requests() const { return requests_.load(); }
 
  private:
-  void serve();
   Handler handler_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
   std::atomic<int> requests_{0};
-  std::thread thread_;
+  http::BlockingHandlers pool_{8};
+  std::unique_ptr<http::Server> server_;
 };
 
 // An OpenAI completions handler in front of a Target (legacy logprobs shape; "echo" refused with 400,

@@ -67,7 +67,7 @@ TEST(Bench, RefusesBadRatesAndUrls) {
   o.duration = -1;
   EXPECT_EQ(run_bench(o, prompts).error().reason(), "BadFlag");
   o.duration = 1;
-  o.url = "https://x";
+  o.url = "ftp://x";
   EXPECT_EQ(run_bench(o, prompts).error().reason(), "BadUrl");
 }
 

@@ -29,7 +29,7 @@ using testing::sse_events;
 using testing::start;
 using testing::tiny_options;
 
-Json body_json(const ClientResponse& r) {
+Json body_json(const http::ClientResponse& r) {
   Json j = Json::parse(r.body, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << r.body;
   return j;
@@ -397,11 +397,11 @@ TEST_F(ServerTest, RefusesEveryBadInputWithItsStatusAndAnOpenAiError) {
       {"/v1/nothing", "GET", "", 404, "not_found"},
   };
   for (const auto& c : cases) {
-    ClientRequest r;
+    http::ClientRequest r;
     r.method = c.method;
-    r.target = c.path;
     r.body = c.body;
-    auto resp = http_call(*parse_url(server_->url()), r);
+    if (c.method == "POST") r.content_type = "application/json";
+    auto resp = http::fetch(server_->url() + c.path, r);
     ASSERT_TRUE(resp.ok());
     EXPECT_EQ(resp->status, c.status) << c.body << " -> " << resp->body;
     Json j = body_json(*resp);
@@ -629,13 +629,13 @@ TEST(ServerBinary, SigtermTurnsReadinessOffDrainsInFlightRequestsAndExitsZero) {
       port = std::atoi(text->c_str() + at + std::strlen("listening on http://127.0.0.1:"));
   }
   ASSERT_GT(port, 0) << read_file(log).value_or("");
-  Url url{"127.0.0.1", port, ""};
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
   auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
-    ClientRequest r;
+    http::ClientRequest r;
     r.method = method;
-    r.target = path;
     r.body = body;
-    auto resp = http_call(url, r);
+    if (method == "POST") r.content_type = "application/json";
+    auto resp = http::fetch(url + path, r);
     return resp.ok() ? resp->status : -1;
   };
   for (int i = 0; i < 600 && call("GET", "/readyz") != 200; ++i)

@@ -1,12 +1,6 @@
 // Helpers for the server's integration tests.
 #include "testing.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <mutex>
 
@@ -62,86 +56,39 @@ std::unique_ptr<Server> start(const ServeOptions& options) {
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
-ClientResponse get(const Server& s, const std::string& path) {
-  ClientRequest r;
-  r.target = path;
-  r.timeout = std::chrono::seconds(60);
-  auto resp = http_call(*parse_url(s.url()), r);
+namespace {
+ClientResponse call(const Server& s, http::ClientRequest r) {
+  const std::string url = s.url() + r.target;
+  auto resp = http::fetch(url, std::move(r));
   EXPECT_TRUE(resp.ok()) << (resp.ok() ? "" : resp.error().to_string());
   return resp.ok() ? *resp : ClientResponse{};
 }
+}  // namespace
+
+ClientResponse get(const Server& s, const std::string& path) {
+  http::ClientRequest r;
+  r.target = path;
+  r.timeout = std::chrono::seconds(60);
+  return call(s, std::move(r));
+}
 
 ClientResponse post(const Server& s, const std::string& path, const std::string& body,
-                    const Headers& headers) {
-  ClientRequest r;
+                    const http::Headers& headers) {
+  http::ClientRequest r;
   r.method = "POST";
   r.target = path;
   r.body = body;
+  r.content_type = "application/json";
   r.headers = headers;
   r.timeout = std::chrono::seconds(120);
-  auto resp = http_call(*parse_url(s.url()), r);
-  EXPECT_TRUE(resp.ok()) << (resp.ok() ? "" : resp.error().to_string());
-  return resp.ok() ? *resp : ClientResponse{};
+  return call(s, std::move(r));
 }
 
 std::vector<std::string> sse_events(const std::string& body) {
   std::vector<std::string> out;
-  SseParser p([&](std::string_view d) { out.emplace_back(d); });
+  http::SseParser p([&](std::string_view d) { out.emplace_back(d); });
   p.feed(body);
   return out;
-}
-
-RawConnection::RawConnection(int port) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
-RawConnection::~RawConnection() { close(); }
-bool RawConnection::send(const std::string& bytes) {
-  return fd_ >= 0 &&
-         ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
-std::string RawConnection::read_until(const std::string& needle, int timeout_ms) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (fd_ >= 0 && out.find(needle) == std::string::npos) {
-    const int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
-            .count());
-    if (left <= 0) break;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, left) <= 0) break;
-    char buf[4096];
-    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-bool RawConnection::wait_closed(int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (fd_ >= 0) {
-    const int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
-            .count());
-    if (left <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, left) <= 0) return false;
-    char buf[4096];
-    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0) return true;
-  }
-  return true;
-}
-void RawConnection::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
 }
 
 int64_t rss_bytes() {

@@ -6,11 +6,14 @@
 #include <memory>
 #include <string>
 
+#include "http/raw_connection.h"
 #include "infergate/common/json.h"
-#include "infergate/runtime/server/http_client.h"
+#include "infergate/http/client.h"
 #include "infergate/runtime/server/server.h"
 
 namespace infergate::runtime::server::testing {
+
+using ClientResponse = http::ClientResponse;
 
 // A small llama-architecture model (2 layers, hidden 64, vocab 512), generated once per process.
 const std::filesystem::path& tiny_model();
@@ -21,25 +24,12 @@ std::unique_ptr<Server> start(const ServeOptions& options);
 
 ClientResponse get(const Server& s, const std::string& path);
 ClientResponse post(const Server& s, const std::string& path, const std::string& body,
-                    const Headers& headers = {});
+                    const http::Headers& headers = {});
 // The data of every server-sent event of a streamed response body, in order.
 std::vector<std::string> sse_events(const std::string& body);
 
 // A raw TCP connection to the server (for half-sent requests, disconnects).
-class RawConnection {
- public:
-  explicit RawConnection(int port);
-  ~RawConnection();
-  bool send(const std::string& bytes);
-  // Reads until `needle` appears or the timeout passes; returns what was read.
-  std::string read_until(const std::string& needle, int timeout_ms);
-  // Reads until the peer closes; true if it closed within the timeout.
-  bool wait_closed(int timeout_ms);
-  void close();
-
- private:
-  int fd_ = -1;
-};
+using RawConnection = http::testing::RawConnection;
 
 // Resident memory of this process (VmRSS), bytes.
 int64_t rss_bytes();

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "infergate/common/result.h"
+#include "infergate/http/server.h"
 #include "infergate/runtime/server/chat_template.h"
-#include "infergate/runtime/server/http_server.h"
 #include "infergate/runtime/server/metrics.h"
 #include "infergate/runtime/server/scheduler.h"
 
@@ -79,7 +79,7 @@ class Server {
   const ServerInfo& info() const { return info_; }
   Metrics& metrics() { return *metrics_; }
   Scheduler& scheduler() { return *scheduler_; }
-  HttpServer& http() { return *http_; }
+  http::Server& http() { return *http_; }
 
   void begin_drain();
   // Waits for queued and running requests until the deadline (then cancels the rest) and for their
@@ -95,7 +95,7 @@ class Server {
   ServerInfo info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::Server> http_;
   std::shared_ptr<Handlers> handlers_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
