@@ -5,10 +5,6 @@
 // resident memory per cached object, and the ratio of the operator's time to a baseline measured in the
 // same run: the same API writes (apply Deployment, apply Service, write status) issued directly by
 // plain clients, with no cache, queue or planning.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -21,6 +17,7 @@
 
 #include "fixtures/cluster_simulator.h"
 #include "fixtures/fake_apiserver.h"
+#include "fixtures/http_server.h"
 #include "infergate/common/fs.h"
 #include "infergate/common/subprocess.h"
 #include "infergate/operator/api/yaml.h"
@@ -97,22 +94,7 @@ double metric_sum(const std::string& text, const std::string& name) {
 }
 
 std::string http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  size_t body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
+  return infergate::testing::loopback_get(port, path).second;
 }
 
 }  // namespace

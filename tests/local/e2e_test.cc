@@ -17,7 +17,6 @@
 #include "infergate/common/json.h"
 #include "infergate/common/subprocess.h"
 #include "infergate/operator/api/yaml.h"
-#include "infergate/operator/client/http_get.h"
 #include "infergate/operator/local/supervisor.h"
 
 namespace infergate::op::local {

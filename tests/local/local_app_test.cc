@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "infergate/common/fs.h"
+#include "infergate/http/client.h"
 #include "infergate/operator/api/yaml.h"
-#include "infergate/operator/client/http_get.h"
 
 namespace infergate::op::local {
 namespace {
@@ -117,7 +117,9 @@ TEST_F(LocalOperatorTest, AModelInTheDirectoryBecomesReadyWithStatusOnDisk) {
   pods.what = "pods";
   EXPECT_TRUE(eventually([&] { return get(pods).find("Running") != std::string::npos; }, kStart))
       << get(pods);
-  auto models = client::http_get(op_->router_url() + "/v1/models", 5s);
+  http::ClientRequest request;
+  request.timeout = 5s;
+  auto models = http::fetch(op_->router_url() + "/v1/models", request);
   ASSERT_TRUE(models.ok());
   EXPECT_NE(models->body.find("\"m\""), std::string::npos) << models->body;
 }

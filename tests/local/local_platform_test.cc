@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "infergate/common/fs.h"
+#include "infergate/http/client.h"
 #include "infergate/operator/api/inference_model.h"
 #include "infergate/operator/api/names.h"
 #include "infergate/operator/api/yaml.h"
-#include "infergate/operator/client/http_get.h"
 #include "infergate/operator/controllers/steady_state.h"
 
 namespace infergate::op::local {
@@ -146,7 +146,9 @@ TEST_F(LocalPlatformTest, AnEndpointRoutesToTheReadyPods) {
   EXPECT_TRUE(ep->exists);
   ASSERT_FALSE(ep->url.empty());
   ASSERT_TRUE(eventually([&] { return observe(*p).ready_replicas == 1; }, kStart));
-  auto r = client::http_get(ep->url + "/readyz", 5s);
+  http::ClientRequest request;
+  request.timeout = 5s;
+  auto r = http::fetch(ep->url + "/readyz", request);
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(p->resolve("m")->size(), 1u);

@@ -1,21 +1,16 @@
 // The local router: routing by model name, replica-weighted choice, streaming relay, errors.
 #include "infergate/operator/local/router.h"
 
-#include <arpa/inet.h>
-#include <civetweb.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "infergate/common/fs.h"
 #include "infergate/common/json.h"
+#include "infergate/http/client.h"
+#include "infergate/http/server.h"
 
 namespace infergate::op::local {
 namespace {
@@ -23,90 +18,71 @@ namespace {
 using namespace std::chrono_literals;
 
 // A minimal backend: answers every request with its own name and what it received; /stream sends
-// three chunks with pauses, unbuffered.
+// three events with pauses (chunked, unbuffered), /cut breaks off mid-body.
 class Backend {
  public:
-  explicit Backend(std::string name) : name_(std::move(name)) {
-    const char* options[] = {"listening_ports", "127.0.0.1:0", "num_threads", "4", nullptr};
-    mg_callbacks cb;
-    std::memset(&cb, 0, sizeof cb);
-    ctx_ = mg_start(&cb, nullptr, options);
-    mg_set_request_handler(ctx_, "/", &Backend::handle, this);
-    mg_server_port ports[2];
-    mg_get_server_ports(ctx_, 2, ports);
-    port_ = ports[0].port;
+  explicit Backend(std::string name) : name_(std::move(name)), pool_(8) {
+    auto s = http::Server::start({}, pool_.wrap([this](std::shared_ptr<http::Exchange> ex) { handle(ex); }));
+    EXPECT_TRUE(s.ok());
+    server_ = std::move(*s);
   }
-  ~Backend() { mg_stop(ctx_); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  ~Backend() {
+    server_->stop();
+    pool_.stop();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   int hits() const { return hits_.load(); }
+  bool saw_disconnect() const { return disconnected_.load(); }
 
  private:
-  static int handle(mg_connection* c, void* data) {
-    auto* self = static_cast<Backend*>(data);
-    self->hits_++;
-    const mg_request_info* ri = mg_get_request_info(c);
-    std::string body;
-    char buf[4096];
-    int n;
-    while ((n = mg_read(c, buf, sizeof buf)) > 0) body.append(buf, n);
-    if (std::string(ri->local_uri) == "/stream") {
-      mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
-      for (int i = 0; i < 3; ++i) {
-        mg_printf(c, "data: %d\n\n", i);
+  void handle(const std::shared_ptr<http::Exchange>& ex) {
+    hits_++;
+    const http::Request& r = ex->request();
+    if (r.path == "/stream" || r.path == "/endless") {
+      ex->start_stream(200, "text/event-stream", {{"X-Backend", name_}});
+      for (int i = 0; r.path == "/endless" || i < 3; ++i) {
+        if (ex->disconnected()) {
+          disconnected_ = true;
+          return;
+        }
+        ex->write("data: " + std::to_string(i) + "\n\n");
         std::this_thread::sleep_for(50ms);
       }
-      mg_printf(c, "data: [DONE]\n\n");
-      return 200;
+      ex->write("data: [DONE]\n\n");
+      ex->finish();
+      return;
     }
-    Json j = {
-        {"backend", self->name_}, {"method", ri->request_method}, {"path", ri->local_uri}, {"body", body}};
-    std::string out = dump_json(j);
-    mg_printf(c,
-              "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: "
-              "keep-alive\r\n\r\n",
-              out.size());
-    mg_write(c, out.data(), out.size());
-    return 200;
+    if (r.path == "/cut") {
+      ex->start_sized(200, "text/plain", 100);
+      ex->write("only part");
+      ex->abort();
+      return;
+    }
+    Json j = {{"backend", name_},
+              {"method", r.method},
+              {"path", r.path},
+              {"body", r.body},
+              {"authorization", r.header("authorization")}};
+    ex->respond({200, "application/json", {{"X-Backend", name_}, {"Keep-Alive", "timeout=5"}}, dump_json(j)});
   }
   std::string name_;
-  mg_context* ctx_;
-  int port_ = 0;
   std::atomic<int> hits_{0};
+  std::atomic<bool> disconnected_{false};
+  http::BlockingHandlers pool_;
+  std::unique_ptr<http::Server> server_;
 };
 
-struct Response {
-  int status = 0;
-  std::string head;
-  std::string body;
-};
-
-// A raw HTTP/1.1 client (one request per connection), so the test depends on nothing of ours.
-Response request(int port, const std::string& method, const std::string& path, const std::string& body = "") {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  Response r;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return r;
-  }
-  std::string req = method + " " + path +
-                    " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-  (void)!::write(fd, req.data(), req.size());
-  std::string all;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) all.append(buf, n);
-  ::close(fd);
-  auto end = all.find("\r\n\r\n");
-  if (end == std::string::npos) return r;
-  r.head = all.substr(0, end);
-  r.body = all.substr(end + 4);
-  if (r.head.size() > 12) r.status = std::stoi(r.head.substr(9, 3));
-  return r;
+http::ClientResponse request(int port, const std::string& method, const std::string& path,
+                             const std::string& body = "", http::Headers headers = {}) {
+  http::ClientRequest r;
+  r.method = method;
+  r.body = body;
+  if (method == "POST") r.content_type = "application/json";
+  r.headers = std::move(headers);
+  r.timeout = 30s;
+  auto got = http::fetch("http://127.0.0.1:" + std::to_string(port) + path, r);
+  EXPECT_TRUE(got.ok()) << got.error().to_string();
+  return got.ok() ? *got : http::ClientResponse{};
 }
 
 struct Table {
@@ -137,15 +113,18 @@ TEST(Router, RoutesACompletionToTheModelNamedInTheBody) {
   t.endpoints["beta"] = {b.address()};
   auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(r.ok()) << r.error().to_string();
-  Response res = request((*r)->port(), "POST", "/v1/completions", R"({"model":"beta","prompt":"hi"})");
-  ASSERT_EQ(res.status, 200) << res.head;
+  auto res = request((*r)->port(), "POST", "/v1/completions", R"({"model":"beta","prompt":"hi"})",
+                     {{"Authorization", "Bearer user-key"}});
+  ASSERT_EQ(res.status, 200) << res.body;
   auto j = parse_json(res.body, "body");
   ASSERT_TRUE(j.ok()) << res.body;
   EXPECT_EQ((*j)["backend"], "b");
   EXPECT_EQ((*j)["path"], "/v1/completions");
   EXPECT_EQ((*j)["body"], R"({"model":"beta","prompt":"hi"})");
-  EXPECT_NE(res.head.find("Connection: close"), std::string::npos);
-  EXPECT_EQ(res.head.find("keep-alive"), std::string::npos);
+  EXPECT_EQ((*j)["authorization"], "Bearer user-key");  // end-to-end headers travel on
+  EXPECT_EQ(res.header("x-backend"), "b");
+  EXPECT_EQ(res.header("keep-alive"), "");  // hop-by-hop headers do not
+  EXPECT_EQ(res.header("server"), "infergate-router");
 }
 
 TEST(Router, SplitsTrafficAcrossReadyReplicasByCount) {
@@ -157,7 +136,7 @@ TEST(Router, SplitsTrafficAcrossReadyReplicasByCount) {
   std::map<std::string, int> by;
   const int n = 400;
   for (int i = 0; i < n; ++i) {
-    Response res = request((*r)->port(), "POST", "/v1/completions", R"({"model":"m"})");
+    auto res = request((*r)->port(), "POST", "/v1/completions", R"({"model":"m"})");
     ASSERT_EQ(res.status, 200);
     by[(*parse_json(res.body, "b"))["backend"].get<std::string>()]++;
   }
@@ -173,16 +152,16 @@ TEST(Router, AnswersOpenAiShapedErrorsForWhatItCannotRoute) {
   auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(r.ok());
   const int port = (*r)->port();
-  Response unknown = request(port, "POST", "/v1/completions", R"({"model":"nope"})");
+  auto unknown = request(port, "POST", "/v1/completions", R"({"model":"nope"})");
   EXPECT_EQ(unknown.status, 404);
   auto j = parse_json(unknown.body, "b");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ((*j)["error"]["param"], "model");
   EXPECT_NE((*j)["error"]["message"].get<std::string>().find("nope"), std::string::npos);
 
-  Response cold = request(port, "POST", "/v1/completions", R"({"model":"cold"})");
+  auto cold = request(port, "POST", "/v1/completions", R"({"model":"cold"})");
   EXPECT_EQ(cold.status, 503);
-  EXPECT_NE(cold.head.find("Retry-After: 2"), std::string::npos);
+  EXPECT_EQ(cold.header("retry-after"), "2");
 
   EXPECT_EQ(request(port, "POST", "/v1/completions", R"({"prompt":"x"})").status, 400);
   EXPECT_EQ(request(port, "POST", "/v1/completions", "not json").status, 400);
@@ -193,7 +172,8 @@ TEST(Router, SaysBadGatewayWhenNoReplicaAnswers) {
   t.endpoints["m"] = {"127.0.0.1:1"};  // nothing listens on port 1
   auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(request((*r)->port(), "POST", "/v1/completions", R"({"model":"m"})").status, 502);
+  auto res = request((*r)->port(), "POST", "/v1/completions", R"({"model":"m"})");
+  EXPECT_EQ(res.status, 502);
 }
 
 TEST(Router, ListsItsModels) {
@@ -202,7 +182,7 @@ TEST(Router, ListsItsModels) {
   t.endpoints["m2"] = {};
   auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(r.ok());
-  Response res = request((*r)->port(), "GET", "/v1/models");
+  auto res = request((*r)->port(), "GET", "/v1/models");
   ASSERT_EQ(res.status, 200);
   auto j = parse_json(res.body, "b");
   ASSERT_TRUE(j.ok());
@@ -216,10 +196,10 @@ TEST(Router, AnEndpointListenerForwardsEveryRequestToItsOwnPods) {
   t.endpoints["m-canary"] = {a.address()};
   auto r = Router::for_endpoint("127.0.0.1:0", "m-canary", t.resolver());
   ASSERT_TRUE(r.ok());
-  Response metrics = request((*r)->port(), "GET", "/metrics");
+  auto metrics = request((*r)->port(), "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ((*parse_json(metrics.body, "b"))["path"], "/metrics");
-  Response post = request((*r)->port(), "POST", "/v1/chat/completions", R"({"model":"whatever"})");
+  auto post = request((*r)->port(), "POST", "/v1/chat/completions", R"({"model":"whatever"})");
   EXPECT_EQ((*parse_json(post.body, "b"))["backend"], "a");
 }
 
@@ -229,10 +209,79 @@ TEST(Router, RelaysAStreamAsItArrives) {
   t.endpoints["m"] = {a.address()};
   auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(r.ok());
-  Response res = request((*r)->port(), "POST", "/stream", R"({"model":"m","stream":true})");
+  auto res = request((*r)->port(), "POST", "/stream", R"({"model":"m","stream":true})");
   ASSERT_EQ(res.status, 200);
   EXPECT_EQ(res.body, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n");
-  EXPECT_NE(res.head.find("text/event-stream"), std::string::npos);
+  EXPECT_EQ(res.header("content-type"), "text/event-stream");
+}
+
+TEST(Router, DeliversEachEventBeforeThePodSendsTheNext) {
+  Backend a("a");
+  Table t;
+  t.endpoints["m"] = {a.address()};
+  auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
+  ASSERT_TRUE(r.ok());
+  http::ClientRequest req;
+  req.method = "POST";
+  req.body = R"({"model":"m","stream":true})";
+  req.content_type = "application/json";
+  auto stream = http::fetch_stream((*r)->url() + "/stream", req);
+  ASSERT_TRUE(stream.ok()) << stream.error().to_string();
+  // The backend pauses 50 ms between events: a relay that buffered would hand over everything at once;
+  // this one hands over the first event alone, and the next one only when the pod sent it.
+  auto first = (*stream)->read();
+  ASSERT_TRUE(first.ok() && *first);
+  EXPECT_EQ(**first, "data: 0\n\n");
+  const auto t1 = std::chrono::steady_clock::now();
+  auto second = (*stream)->read();
+  ASSERT_TRUE(second.ok() && *second);
+  EXPECT_EQ(**second, "data: 1\n\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 30ms);
+}
+
+TEST(Router, CancelsThePodsRequestWhenTheClientGoesAway) {
+  Backend a("a");
+  Table t;
+  t.endpoints["m"] = {a.address()};
+  auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
+  ASSERT_TRUE(r.ok());
+  {
+    http::ClientRequest req;
+    req.method = "POST";
+    req.body = R"({"model":"m","stream":true})";
+    req.content_type = "application/json";
+    auto stream = http::fetch_stream((*r)->url() + "/endless", req);
+    ASSERT_TRUE(stream.ok()) << stream.error().to_string();
+    auto first = (*stream)->read();
+    ASSERT_TRUE(first.ok() && *first);
+  }  // the client hangs up mid-stream
+  for (int i = 0; i < 500 && !a.saw_disconnect(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(a.saw_disconnect()) << "the pod kept generating for a client that was gone";
+}
+
+TEST(Router, CutsTheClientsResponseWhenThePodBreaksOff) {
+  Backend a("a");
+  Table t;
+  t.endpoints["m"] = {a.address()};
+  auto r = Router::for_endpoint("127.0.0.1:0", "m", t.resolver());
+  ASSERT_TRUE(r.ok());
+  http::ClientRequest req;
+  req.timeout = 10s;
+  auto got = http::fetch((*r)->url() + "/cut", req);
+  ASSERT_FALSE(got.ok()) << "a truncated body must not reach the client as a complete one";
+  EXPECT_EQ(got.error().reason(), "ConnectionFailed");
+}
+
+TEST(Router, RefusesABodyOverSixteenMiBWithAnOpenAiError) {
+  Table t;
+  t.endpoints["m"] = {};
+  auto r = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
+  ASSERT_TRUE(r.ok());
+  auto res = request((*r)->port(), "POST", "/v1/completions", std::string(17u << 20, 'x'));
+  EXPECT_EQ(res.status, 413);
+  auto j = parse_json(res.body, "b");
+  ASSERT_TRUE(j.ok()) << res.body;
+  EXPECT_EQ((*j)["error"]["type"], "invalid_request_error");
 }
 
 TEST(Router, RefusesABindAddressItCannotUse) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "infergate/common/log.h"
+#include "infergate/http/client.h"
 #include "infergate/operator/api/crd_check.h"
 #include "infergate/operator/capacity/planner_capacity.h"
 
@@ -293,7 +294,7 @@ int run_operator(const OperatorOptions& options) {
   sigaddset(&signals, SIGUSR1);  // our own wake-up for the waiter at exit
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (Status st = client::configure_transport_threads(4); !st.ok()) {
+  if (Status st = http::configure_client_threads(4); !st.ok()) {
     log::warn("keeping the default HTTP thread pool", {{"error", st.error().to_string()}});
   }
   auto config = client::default_config(options.kubeconfig, options.context);

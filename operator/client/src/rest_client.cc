@@ -1,24 +1,12 @@
-// RestClient over cpprestsdk. Every cpprestsdk and OpenSSL exception is caught in this file and turned
-// into an Error; nothing above sees one.
+// RestClient over the project's HTTP client (infergate_http_client, a facade over cpprestsdk): the
+// transport's errors arrive as Result; here they gain the Kubernetes request they belong to.
 #include "infergate/operator/client/rest_client.h"
 
-#include <openssl/bio.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-
-#include <cpprest/containerstream.h>
-#include <cpprest/http_client.h>
-#include <pplx/threadpool.h>
-#include <boost/asio/ssl.hpp>
-
 #include "infergate/common/log.h"
+#include "infergate/http/client.h"
 
 namespace infergate::op::client {
 namespace {
-
-namespace http = web::http;
-using http::client::http_client;
-using http::client::http_client_config;
 
 std::string url_encode(std::string_view s) {
   std::string out;
@@ -40,24 +28,6 @@ void add_param(std::string& q, std::string_view key, std::string_view value) {
   q += std::string(key) + "=" + url_encode(value);
 }
 
-Status check_pem(const std::string& pem, bool key, std::string_view what) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  bool ok;
-  if (key) {
-    EVP_PKEY* k = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-    ok = k != nullptr;
-    EVP_PKEY_free(k);
-  } else {
-    X509* c = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-    ok = c != nullptr;
-    X509_free(c);
-  }
-  BIO_free(bio);
-  if (!ok)
-    return invalid_argument(std::string(what) + ": not a PEM " + (key ? "private key" : "certificate"));
-  return ok_status();
-}
-
 struct HttpRequest {
   std::string method;
   std::string path_and_query;
@@ -73,144 +43,108 @@ struct HttpResponse {
   std::string retry_after;
 };
 
-Error transport_error(const std::exception& e, std::string_view what) {
-  if (const auto* he = dynamic_cast<const http::http_exception*>(&e)) {
-    if (he->error_code() == std::errc::timed_out) {
-      return Error(ErrorCode::kDeadlineExceeded, std::string(what) + ": timed out", "Timeout");
-    }
-    if (he->error_code() == std::errc::operation_canceled) {
-      return Error(ErrorCode::kCancelled, std::string(what) + ": cancelled", "Cancelled");
-    }
+// API responses larger than this are refused (a list is paginated long before).
+constexpr uint64_t kMaxResponseBytes = 256u << 20;
+
+// A transport error, told as the Kubernetes request it belongs to.
+Error transport_error(const Error& e, std::string_view what) {
+  if (e.reason() == "BodyTooLarge") {
+    return Error(ErrorCode::kDataLoss, std::string(what) + ": " + e.message(), "MalformedResponse");
   }
-  if (dynamic_cast<const pplx::task_canceled*>(&e)) {
-    return Error(ErrorCode::kCancelled, std::string(what) + ": cancelled", "Cancelled");
+  std::string message = e.message();
+  if (e.code() == ErrorCode::kDeadlineExceeded) message = "timed out";
+  if (e.code() == ErrorCode::kCancelled) message = "cancelled";
+  return Error(e.code(), std::string(what) + ": " + message, e.reason());
+}
+
+// The request headers every call carries: Accept and, when there is one, the bearer token.
+Result<http::Headers> request_headers(const RestConfig& config, const std::string& accept,
+                                      std::string_view what) {
+  http::Headers h{{"Accept", accept}};
+  if (config.token) {
+    auto token = config.token->token();
+    if (!token.ok()) return std::move(token).error().context(what);
+    if (!token->empty()) h.emplace_back("Authorization", "Bearer " + *token);
   }
-  return Error(ErrorCode::kUnavailable, std::string(what) + ": " + e.what(), "ConnectionFailed");
+  return h;
 }
 
 constexpr size_t kMaxWatchLine = 16u << 20;
 
-// One open watch: the response body read as chunks arrive and split into lines.
+// One open watch: the response body read as it arrives and split into lines.
 class RestWatchStream final : public WatchStream {
  public:
-  RestWatchStream(std::unique_ptr<http_client> client, pplx::cancellation_token_source cts,
-                  http::http_response response, std::string what)
-      : client_(std::move(client)),
-        cts_(std::move(cts)),
-        response_(std::move(response)),
-        what_(std::move(what)) {
-    body_ = response_.body();
-  }
-
-  ~RestWatchStream() override {
-    cancel();
-    try {
-      response_.content_ready().wait();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the stream is being torn down
-    }
-  }
+  RestWatchStream(std::unique_ptr<http::ResponseStream> body, std::string what)
+      : body_(std::move(body)), what_(std::move(what)) {}
 
   Result<std::optional<WatchEvent>> next() override {
     for (;;) {
       if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
-      std::string line;
       size_t nl = pending_.find('\n');
       if (nl == std::string::npos) {
-        // Read what has arrived in bulk: cpprestsdk's read_line costs a task per character.
-        try {
-          auto sb = body_.streambuf();
-          size_t avail = sb.in_avail();
-          if (avail == 0) {
-            auto c = sb.bumpc().get();  // waits for one byte, the end, or an error
-            if (c == std::char_traits<char>::eof()) {
-              // A clean end (terminating chunk) or a cut connection both look like EOF here; the
-              // response's completion tells them apart.
-              try {
-                response_.content_ready().get();
-              } catch (const std::exception& e) {
-                if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
-                return transport_error(e, what_ + ": stream broke");
-              }
-              return std::optional<WatchEvent>();
-            }
-            pending_.push_back(static_cast<char>(c));
-            avail = sb.in_avail();
-          }
-          if (avail > 0) {
-            size_t old = pending_.size();
-            pending_.resize(old + avail);
-            size_t n = sb.getn(reinterpret_cast<uint8_t*>(pending_.data() + old), avail).get();
-            pending_.resize(old + n);
-          }
-        } catch (const std::exception& e) {
+        auto piece = body_->read();
+        if (!piece.ok()) {
           if (cancelled_) return Error(ErrorCode::kCancelled, what_ + ": cancelled", "Cancelled");
-          return transport_error(e, what_ + ": stream broke");
+          return transport_error(piece.error(), what_ + ": stream broke");
         }
+        if (!*piece) return std::optional<WatchEvent>();  // the server ended the watch cleanly
+        pending_ += **piece;
         if (pending_.size() > kMaxWatchLine) {
           return Error(ErrorCode::kDataLoss, what_ + ": a watch event longer than 16 MiB",
                        "MalformedWatchEvent");
         }
         continue;
       }
-      line = pending_.substr(0, nl);
+      std::string line = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
       while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
       if (line.empty()) continue;
-      auto j = parse_json(line, "watch event");
-      if (!j.ok() || !j->is_object()) {
-        return Error(ErrorCode::kDataLoss, what_ + ": malformed watch event", "MalformedWatchEvent");
-      }
-      std::string type = j->value("type", "");
-      WatchEvent ev;
-      if (type == "ADDED") {
-        ev.type = WatchEventType::kAdded;
-      } else if (type == "MODIFIED") {
-        ev.type = WatchEventType::kModified;
-      } else if (type == "DELETED") {
-        ev.type = WatchEventType::kDeleted;
-      } else if (type == "BOOKMARK") {
-        ev.type = WatchEventType::kBookmark;
-      } else if (type == "ERROR") {
-        ev.type = WatchEventType::kError;
-      } else {
-        return Error(ErrorCode::kDataLoss,
-                     what_ + ": unknown watch event type \"" + type.substr(0, 32) + "\"",
-                     "MalformedWatchEvent");
-      }
-      auto obj = j->find("object");
-      if (obj == j->end() || !obj->is_object()) {
-        return Error(ErrorCode::kDataLoss, what_ + ": watch event without an object", "MalformedWatchEvent");
-      }
-      ev.object = std::move(*obj);
-      return std::optional<WatchEvent>(std::move(ev));
+      return parse_event(line);
     }
   }
 
   void cancel() override {
-    if (!cancelled_.exchange(true)) cts_.cancel();
+    if (!cancelled_.exchange(true)) body_->cancel();
   }
 
  private:
-  std::unique_ptr<http_client> client_;
-  pplx::cancellation_token_source cts_;
-  http::http_response response_;
-  concurrency::streams::istream body_;
+  Result<std::optional<WatchEvent>> parse_event(const std::string& line) {
+    auto j = parse_json(line, "watch event");
+    if (!j.ok() || !j->is_object()) {
+      return Error(ErrorCode::kDataLoss, what_ + ": malformed watch event", "MalformedWatchEvent");
+    }
+    auto t = j->find("type");
+    std::string type = t != j->end() && t->is_string() ? t->get<std::string>() : "";
+    WatchEvent ev;
+    if (type == "ADDED") {
+      ev.type = WatchEventType::kAdded;
+    } else if (type == "MODIFIED") {
+      ev.type = WatchEventType::kModified;
+    } else if (type == "DELETED") {
+      ev.type = WatchEventType::kDeleted;
+    } else if (type == "BOOKMARK") {
+      ev.type = WatchEventType::kBookmark;
+    } else if (type == "ERROR") {
+      ev.type = WatchEventType::kError;
+    } else {
+      return Error(ErrorCode::kDataLoss, what_ + ": unknown watch event type \"" + type.substr(0, 32) + "\"",
+                   "MalformedWatchEvent");
+    }
+    auto obj = j->find("object");
+    if (obj == j->end() || !obj->is_object()) {
+      return Error(ErrorCode::kDataLoss, what_ + ": watch event without an object", "MalformedWatchEvent");
+    }
+    ev.object = std::move(*obj);
+    return std::optional<WatchEvent>(std::move(ev));
+  }
+
+  std::unique_ptr<http::ResponseStream> body_;
   std::string what_;
   std::string pending_;  // received bytes not yet returned as events
   std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace
-
-Status configure_transport_threads(size_t threads) {
-  try {
-    crossplat::threadpool::initialize_with_threads(threads);
-  } catch (const std::exception& e) {
-    return failed_precondition(std::string("the HTTP transport's thread pool is already running: ") +
-                               e.what());
-  }
-  return ok_status();
-}
 
 std::chrono::milliseconds backoff_delay(const RetryPolicy& p, int attempt, std::mt19937_64& rng) {
   double base = static_cast<double>(p.initial_backoff.count());
@@ -221,8 +155,7 @@ std::chrono::milliseconds backoff_delay(const RetryPolicy& p, int attempt, std::
 }
 
 struct RestClient::Impl {
-  std::unique_ptr<http_client> client;
-  http_client_config base_config;
+  std::unique_ptr<http::Client> http;
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
 };
@@ -237,68 +170,41 @@ RestClient::~RestClient() = default;
 
 Result<std::unique_ptr<RestClient>> RestClient::create(RestConfig config, RetryPolicy retry, Clock* clock) {
   if (config.server.empty()) return invalid_argument("API server URL is empty");
-  bool https = config.server.rfind("https://", 0) == 0;
-  if (!https && config.server.rfind("http://", 0) != 0) {
+  if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
     return invalid_argument("API server URL \"" + config.server + "\" is not http(s)");
   }
-  if (!config.ca_pem.empty())
-    INFERGATE_RETURN_IF_ERROR(check_pem(config.ca_pem, false, "certificate authority"));
-  if (!config.client_cert_pem.empty()) {
-    INFERGATE_RETURN_IF_ERROR(check_pem(config.client_cert_pem, false, "client certificate"));
-    INFERGATE_RETURN_IF_ERROR(check_pem(config.client_key_pem, true, "client key"));
-  }
   if (retry.max_attempts < 1) retry.max_attempts = 1;
+  http::ClientOptions o;
+  o.base_url = config.server;
+  o.timeout = config.timeout;
+  o.user_agent = config.user_agent;
+  o.tls = http::ClientTls{config.ca_pem, config.client_cert_pem, config.client_key_pem,
+                          config.insecure_skip_tls_verify};
+  auto transport = http::Client::create(std::move(o));
+  if (!transport.ok()) {
+    Error e = std::move(transport).error();
+    return Error(ErrorCode::kInvalidArgument, "API server \"" + config.server + "\": " + e.message(),
+                 e.reason());
+  }
   std::unique_ptr<RestClient> c(new RestClient(std::move(config), retry, clock));
-  http_client_config cfg;
-  cfg.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(c->config_.timeout));
-  cfg.set_validate_certificates(!c->config_.insecure_skip_tls_verify);
-  if (https) {
-    std::string ca = c->config_.ca_pem, cert = c->config_.client_cert_pem, key = c->config_.client_key_pem;
-    cfg.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
-      boost::system::error_code ec;
-      if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca.data(), ca.size()), ec);
-      if (!cert.empty()) {
-        ctx.use_certificate_chain(boost::asio::buffer(cert.data(), cert.size()), ec);
-        ctx.use_private_key(boost::asio::buffer(key.data(), key.size()), boost::asio::ssl::context::pem, ec);
-      }
-    });
-  }
-  c->impl_->base_config = cfg;
-  try {
-    c->impl_->client =
-        std::make_unique<http_client>(utility::conversions::to_string_t(c->config_.server), cfg);
-  } catch (const std::exception& e) {
-    return invalid_argument("API server URL \"" + c->config_.server + "\": " + e.what());
-  }
+  c->impl_->http = std::move(*transport);
   return c;
 }
 
 namespace {
 
 // One attempt, no retries.
-Result<HttpResponse> send_once(http_client& client, const RestConfig& config, const HttpRequest& r) {
-  try {
-    http::http_request req(utility::conversions::to_string_t(r.method));
-    req.set_request_uri(utility::conversions::to_string_t(r.path_and_query));
-    req.headers().add(U("Accept"), utility::conversions::to_string_t(r.accept));
-    req.headers().add(U("User-Agent"), utility::conversions::to_string_t(config.user_agent));
-    if (config.token) {
-      auto token = config.token->token();
-      if (!token.ok()) return std::move(token).error().context(r.what);
-      if (!token->empty())
-        req.headers().add(U("Authorization"), utility::conversions::to_string_t("Bearer " + *token));
-    }
-    if (!r.content_type.empty()) req.set_body(r.body, r.content_type);
-    http::http_response resp = client.request(req).get();
-    HttpResponse out;
-    out.status = resp.status_code();
-    auto ra = resp.headers().find(U("Retry-After"));
-    if (ra != resp.headers().end()) out.retry_after = utility::conversions::to_utf8string(ra->second);
-    out.body = resp.extract_utf8string(true).get();
-    return out;
-  } catch (const std::exception& e) {
-    return transport_error(e, r.what);
-  }
+Result<HttpResponse> send_once(http::Client& client, const RestConfig& config, const HttpRequest& r) {
+  http::ClientRequest req;
+  req.method = r.method;
+  req.target = r.path_and_query;
+  INFERGATE_ASSIGN_OR_RETURN(req.headers, request_headers(config, r.accept, r.what));
+  req.body = r.body;
+  req.content_type = r.content_type;
+  req.max_body = kMaxResponseBytes;
+  auto resp = client.call(req);
+  if (!resp.ok()) return transport_error(resp.error(), r.what);
+  return HttpResponse{resp->status, std::move(resp->body), resp->header("retry-after")};
 }
 
 }  // namespace
@@ -306,7 +212,7 @@ Result<HttpResponse> send_once(http_client& client, const RestConfig& config, co
 namespace {
 
 // Sends with retries; returns the body of a 2xx response or the classified error.
-Result<std::string> send(http_client& client, const RestConfig& config, const RetryPolicy& retry,
+Result<std::string> send(http::Client& client, const RestConfig& config, const RetryPolicy& retry,
                          Clock& clock, std::mutex& rng_mu, std::mt19937_64& rng, RequestObserver* observer,
                          const HttpRequest& r) {
   for (int attempt = 1;; ++attempt) {
@@ -373,7 +279,7 @@ std::string describe(std::string_view verb, const ResourceKind& kind, std::strin
 }  // namespace
 
 #define INFERGATE_SEND(req) \
-  send(*impl_->client, config_, retry_, *clock_, impl_->rng_mu, impl_->rng, observer_.load(), req)
+  send(*impl_->http, config_, retry_, *clock_, impl_->rng_mu, impl_->rng, observer_.load(), req)
 
 Result<Json> RestClient::get(const ResourceKind& kind, std::string_view ns, std::string_view name,
                              const GetOptions& options) {
@@ -416,37 +322,24 @@ Result<std::unique_ptr<WatchStream>> RestClient::watch(const ResourceKind& kind,
   if (options.allow_bookmarks) add_param(q, "allowWatchBookmarks", "true");
   add_param(q, "timeoutSeconds", std::to_string(std::max<int64_t>(1, options.timeout.count())));
   std::string what = describe("watch", kind, ns, "");
-  try {
-    // A client of its own: the timeout is an inactivity limit, longer than the server's stream
-    // timeout, so only a stream that went silent (no events, no bookmarks) is cut on our side.
-    http_client_config cfg = impl_->base_config;
-    cfg.set_timeout(
-        std::chrono::duration_cast<std::chrono::microseconds>(options.timeout + std::chrono::seconds(60)));
-    auto client = std::make_unique<http_client>(utility::conversions::to_string_t(config_.server), cfg);
-    http::http_request req(http::methods::GET);
-    req.set_request_uri(utility::conversions::to_string_t(kind.path(ns) + q));
-    req.headers().add(U("Accept"), U("application/json"));
-    req.headers().add(U("User-Agent"), utility::conversions::to_string_t(config_.user_agent));
-    if (config_.token) {
-      auto token = config_.token->token();
-      if (!token.ok()) return std::move(token).error().context(what);
-      if (!token->empty())
-        req.headers().add(U("Authorization"), utility::conversions::to_string_t("Bearer " + *token));
-    }
-    pplx::cancellation_token_source cts;
-    auto start = std::chrono::steady_clock::now();
-    http::http_response resp = client->request(req, cts.get_token()).get();
-    if (auto* obs = observer_.load())
-      obs->on_request("WATCH", resp.status_code(), std::chrono::steady_clock::now() - start);
-    if (resp.status_code() != 200) {
-      std::string body = resp.extract_utf8string(true).get();
-      return api_error(resp.status_code(), body, what);
-    }
-    return std::unique_ptr<WatchStream>(
-        std::make_unique<RestWatchStream>(std::move(client), std::move(cts), std::move(resp), what));
-  } catch (const std::exception& e) {
-    return transport_error(e, what);
+  // The deadline outlasts the server's own end of the stream (timeoutSeconds), so only a stream that
+  // went silent past it (no events, no bookmarks) is cut on our side.
+  http::ClientRequest req;
+  req.target = kind.path(ns) + q;
+  INFERGATE_ASSIGN_OR_RETURN(req.headers, request_headers(config_, "application/json", what));
+  req.timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout + std::chrono::seconds(60));
+  auto start = std::chrono::steady_clock::now();
+  auto opened = impl_->http->open(req);
+  if (!opened.ok()) return transport_error(opened.error(), what);
+  std::unique_ptr<http::ResponseStream> body = std::move(*opened);
+  if (auto* obs = observer_.load())
+    obs->on_request("WATCH", body->status(), std::chrono::steady_clock::now() - start);
+  if (body->status() != 200) {
+    auto text = body->read_all(1u << 20);
+    return api_error(body->status(), text.ok() ? *text : std::string(), what);
   }
+  return std::unique_ptr<WatchStream>(std::make_unique<RestWatchStream>(std::move(body), what));
 }
 
 Result<Json> RestClient::create(const ResourceKind& kind, const Json& object) {

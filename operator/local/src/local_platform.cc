@@ -11,8 +11,8 @@
 
 #include "infergate/common/fs.h"
 #include "infergate/common/log.h"
+#include "infergate/http/client.h"
 #include "infergate/operator/api/verification.h"
-#include "infergate/operator/client/http_get.h"
 
 namespace infergate::op::local {
 namespace fs = std::filesystem;
@@ -681,7 +681,10 @@ void LocalPlatform::probe_loop() {
     }
     for (auto& pr : probes) {
       std::string path = pr.readiness_path.empty() ? "/readyz" : pr.readiness_path;
-      auto r = client::http_get("http://" + pr.address + path, options_.probe_timeout, 64 << 10);
+      http::ClientRequest probe;
+      probe.timeout = options_.probe_timeout;
+      probe.max_body = 64 << 10;
+      auto r = http::fetch("http://" + pr.address + path, probe);
       bool ready = r.ok() && r->status == 200;
       std::lock_guard lock(mu_);
       auto w = workloads_.find(pr.workload_key);
@@ -1006,7 +1009,10 @@ std::string LocalPlatform::pod_url(const ModelRef&, const PodState& pod) {
 
 Result<platform::HttpResponse> LocalPlatform::http_get(const ModelRef&, const std::string& url,
                                                        std::chrono::milliseconds timeout) {
-  INFERGATE_ASSIGN_OR_RETURN(client::HttpGetResponse r, client::http_get(url, timeout));
+  http::ClientRequest request;
+  request.timeout = timeout;
+  request.max_body = platform::kMaxScrapeBytes;
+  INFERGATE_ASSIGN_OR_RETURN(http::ClientResponse r, http::fetch(url, request));
   return platform::HttpResponse{r.status, std::move(r.body)};
 }
 

@@ -1,45 +1,11 @@
-// civetweb-backed endpoints for probes and metrics.
+// The probe and metrics endpoints: routes, methods, and the authorisation of a bearer token.
 #include "infergate/operator/manager/http_endpoints.h"
 
-#include <civetweb.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cstring>
-#include <mutex>
-#include <thread>
+#include "infergate/common/log.h"
 
 namespace infergate::op::manager {
-namespace {
 
-int handle(mg_connection* conn, void* data) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  auto* route = static_cast<HttpEndpoints::Route*>(data);
-  HttpAnswer a;
-  if (std::strcmp(info->request_method, "GET") != 0 && std::strcmp(info->request_method, "HEAD") != 0) {
-    a = HttpAnswer{405, "text/plain; charset=utf-8", "method not allowed\n"};
-  } else {
-    a = route->handler();
-  }
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-cache\r\n\r\n",
-            a.status, mg_get_response_code_text(conn, a.status), a.content_type.c_str(), a.body.size());
-  if (std::strcmp(info->request_method, "HEAD") != 0) mg_write(conn, a.body.data(), a.body.size());
-  return a.status;
-}
-
-void init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
-}
-
-}  // namespace
-
-Result<std::string> civetweb_listen_spec(const std::string& bind) {
+Result<std::pair<std::string, int>> parse_bind_address(const std::string& bind) {
   if (bind.empty()) return invalid_argument("empty bind address");
   auto colon = bind.rfind(':');
   if (colon == std::string::npos) return invalid_argument("bind address \"" + bind + "\": want [host]:port");
@@ -48,57 +14,79 @@ Result<std::string> civetweb_listen_spec(const std::string& bind) {
       std::stoi(port) > 65535) {
     return invalid_argument("bind address \"" + bind + "\": the port must be a number from 0 to 65535");
   }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
-  return host + ":" + port;
+  return std::make_pair(host, std::stoi(port));
 }
 
-Result<std::unique_ptr<HttpEndpoints>> HttpEndpoints::start(const std::string& bind_address,
+Result<std::unique_ptr<HttpEndpoints>> HttpEndpoints::start(EndpointOptions options,
                                                             std::map<std::string, HttpGetHandler> handlers) {
-  if (bind_address == "0") return std::unique_ptr<HttpEndpoints>();
-  INFERGATE_ASSIGN_OR_RETURN(std::string spec, civetweb_listen_spec(bind_address));
-  init_once();
-  std::unique_ptr<HttpEndpoints> s(new HttpEndpoints());
-  const char* options[] = {"listening_ports",    spec.c_str(), "num_threads", "4",
-                           "request_timeout_ms", "10000",      nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  s->ctx_ = mg_start(&callbacks, nullptr, options);
-  if (!s->ctx_) return unavailable("cannot listen on " + bind_address + " (address in use or not allowed)");
-  for (auto& [path, fn] : handlers) {
-    auto route = std::make_unique<Route>(Route{std::move(fn)});
-    mg_set_request_handler(s->ctx_, (path + "$").c_str(), handle, route.get());
-    s->routes_[path] = std::move(route);
+  if (options.bind_address == "0") return std::unique_ptr<HttpEndpoints>();
+  INFERGATE_ASSIGN_OR_RETURN(auto hp, parse_bind_address(options.bind_address));
+  std::unique_ptr<HttpEndpoints> e(new HttpEndpoints());
+  e->handlers_ = std::move(handlers);
+  e->authorizer_ = options.authorizer;
+  http::ServerOptions so;
+  so.host = hp.first;
+  so.port = hp.second;
+  so.io_threads = 1;
+  so.max_body_bytes = 64u << 10;  // GETs: no body worth reading
+  so.request_timeout = std::chrono::seconds(10);
+  so.write_timeout = std::chrono::seconds(10);
+  so.max_connections = 256;
+  so.tls = std::move(options.tls);
+  so.server_name = "infergate-operator";
+  const HttpEndpoints* self = e.get();
+  http::Handler handler = [self](std::shared_ptr<http::Exchange> ex) { self->serve(ex); };
+  if (e->authorizer_) {
+    // A check may wait for the API server: off the I/O thread, a few at a time.
+    e->pool_ = std::make_unique<http::BlockingHandlers>(4);
+    handler = e->pool_->wrap(std::move(handler));
   }
-  mg_server_port ports[4];
-  int n = mg_get_server_ports(s->ctx_, 4, ports);
-  if (n < 1) return internal_error("civetweb reports no listening port for " + bind_address);
-  s->port_ = ports[0].port;
-  return s;
+  auto server = http::Server::start(std::move(so), std::move(handler));
+  if (!server.ok()) return std::move(server).error().context("cannot listen on " + options.bind_address);
+  e->server_ = std::move(*server);
+  return e;
 }
 
 HttpEndpoints::~HttpEndpoints() {
-  if (!ctx_) return;
-  // civetweb's listener notices mg_stop() only when its poll() times out (two seconds). A connection
-  // of our own wakes it at once, so shutting down (and every test that starts and stops an operator)
-  // does not wait for that timeout.
-  std::atomic<bool> done{false};
-  std::thread stopper([this, &done] {
-    mg_stop(ctx_);
-    done = true;
-  });
-  while (!done) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<uint16_t>(port_));
-      (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-      ::close(fd);
-    }
-    for (int i = 0; i < 20 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (server_) server_->stop();
+  if (pool_) pool_->stop();
+  server_.reset();
+}
+
+int HttpEndpoints::port() const { return server_ ? server_->port() : 0; }
+bool HttpEndpoints::tls() const { return server_ && server_->tls(); }
+Status HttpEndpoints::reload_tls(const http::TlsOptions& tls) { return server_->reload_tls(tls); }
+
+void HttpEndpoints::serve(const std::shared_ptr<http::Exchange>& ex) const {
+  const http::Request& req = ex->request();
+  auto answer = [&](const HttpAnswer& a, http::Headers headers = {}) {
+    headers.emplace_back("Cache-Control", "no-cache");
+    ex->respond(
+        http::Response{a.status, a.content_type, std::move(headers), req.method == "HEAD" ? "" : a.body});
+  };
+  auto route = handlers_.find(req.path);
+  if (route == handlers_.end()) return answer({404, "text/plain; charset=utf-8", "not found\n"});
+  if (req.method != "GET" && req.method != "HEAD") {
+    return answer({405, "text/plain; charset=utf-8", "method not allowed\n"}, {{"Allow", "GET, HEAD"}});
   }
-  stopper.join();
+  if (authorizer_) {
+    const std::string token = req.bearer_token();
+    AccessDecision d =
+        token.empty() ? AccessDecision{401, "no bearer token"} : authorizer_->check(token, "get", req.path);
+    if (!d.allowed()) {
+      log::debug("refused a request to a protected endpoint",
+                 {{"path", req.path}, {"status", d.status}, {"reason", d.message}});
+      http::Headers h;
+      if (d.status == 401) h.emplace_back("WWW-Authenticate", "Bearer");
+      if (d.status == 503) h.emplace_back("Retry-After", "5");
+      const char* word = d.status == 401 ? "Unauthorized" : d.status == 403 ? "Forbidden" : "Unavailable";
+      return answer({d.status, "text/plain; charset=utf-8", std::string(word) + ": " + d.message + "\n"},
+                    std::move(h));
+    }
+  }
+  answer(route->second());
 }
 
 }  // namespace infergate::op::manager

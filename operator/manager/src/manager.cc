@@ -60,7 +60,7 @@ void Manager::stop() { stop_.stop(); }
 Status Manager::run() {
   if (options_.leader_elect) INFERGATE_RETURN_IF_ERROR(validate(options_.election));
   auto health = HttpEndpoints::start(
-      options_.health_probe_bind_address,
+      EndpointOptions{options_.health_probe_bind_address, std::nullopt, nullptr},
       {{"/healthz",
         [this] {
           return lost_ ? HttpAnswer{500, "text/plain", "leader election lost\n"}
@@ -72,7 +72,7 @@ Status Manager::run() {
         }}});
   if (!health.ok()) return std::move(health).error().context("--health-probe-bind-address");
   auto metrics = HttpEndpoints::start(
-      options_.metrics_bind_address,
+      EndpointOptions{options_.metrics_bind_address, std::nullopt, nullptr},
       {{"/metrics", [this] {
           return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.scrape()};
         }}});

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "infergate/common/log.h"
-#include "infergate/operator/client/http_get.h"
+#include "infergate/http/client.h"
 
 namespace infergate::op::platform {
 namespace {
@@ -681,7 +681,10 @@ std::string KubernetesPlatform::pod_url(const ModelRef&, const PodState& pod) {
 
 Result<HttpResponse> KubernetesPlatform::http_get(const ModelRef&, const std::string& url,
                                                   std::chrono::milliseconds timeout) {
-  INFERGATE_ASSIGN_OR_RETURN(client::HttpGetResponse r, client::http_get(url, timeout));
+  http::ClientRequest request;
+  request.timeout = timeout;
+  request.max_body = kMaxScrapeBytes;
+  INFERGATE_ASSIGN_OR_RETURN(http::ClientResponse r, http::fetch(url, request));
   return HttpResponse{r.status, std::move(r.body)};
 }
 

@@ -17,7 +17,7 @@
 #include "fixtures/http_server.h"
 #include "infergate/common/fs.h"
 #include "infergate/common/subprocess.h"
-#include "infergate/operator/client/http_get.h"
+#include "infergate/http/client.h"
 #include "infergate/operator/controllers/performance_analyzer.h"
 
 namespace infergate::op {
@@ -35,10 +35,11 @@ class Exporter {
  public:
   Exporter(double latency, double rate)
       : latency_(latency), rate_(rate), start_(std::chrono::steady_clock::now()) {
-    auto s = infergate::testing::HttpServer::start([this](const infergate::testing::HttpRequest& r, infergate::testing::ResponseWriter& w) {
-      if (r.path != "/metrics") return w.send(404, {}, "");
-      w.send(200, {{"Content-Type", "text/plain; version=0.0.4"}}, text());
-    });
+    auto s = infergate::testing::HttpServer::start(
+        [this](const infergate::testing::HttpRequest& r, infergate::testing::ResponseWriter& w) {
+          if (r.path != "/metrics") return w.send(404, {}, "");
+          w.send(200, {{"Content-Type", "text/plain; version=0.0.4"}}, text());
+        });
     EXPECT_TRUE(s.ok());
     server_ = std::move(*s);
   }
@@ -114,7 +115,9 @@ TEST(PrometheusGate, ARealPrometheusServerJudgesASlowCanaryAndAFastOne) {
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   bool ready = false;
   while (std::chrono::steady_clock::now() < deadline) {
-    auto r = client::http_get(rollout::prometheus_query_url(url, "count(count_over_time(up[20s]) >= 7)"), 2s);
+    http::ClientRequest query;
+    query.timeout = 2s;
+    auto r = http::fetch(rollout::prometheus_query_url(url, "count(count_over_time(up[20s]) >= 7)"), query);
     if (r.ok() && r->status == 200) {
       auto v = rollout::parse_prometheus_value(r->body);
       if (v.ok() && v->has_value() && **v >= 4) {
@@ -129,7 +132,9 @@ TEST(PrometheusGate, ARealPrometheusServerJudgesASlowCanaryAndAFastOne) {
 
   testing::FakePlatform platform;  // only its HTTP is used: real requests to the real server
   platform.http = [](const std::string& u) -> Result<platform::HttpResponse> {
-    INFERGATE_ASSIGN_OR_RETURN(client::HttpGetResponse r, client::http_get(u, 5s));
+    http::ClientRequest get;
+    get.timeout = 5s;
+    INFERGATE_ASSIGN_OR_RETURN(http::ClientResponse r, http::fetch(u, get));
     return platform::HttpResponse{r.status, r.body};
   };
   controllers::PerformanceAnalyzer analyzer(platform, SystemClock::instance());

@@ -1,5 +1,5 @@
-// RestClient: the Kubernetes API over HTTP(S). cpprestsdk is the transport and stays inside this
-// library's sources; callers see Result, Json and the Client interface only.
+// RestClient: the Kubernetes API over HTTP(S), on the project's HTTP client (infergate/http/client.h,
+// cpprestsdk underneath); callers see Result, Json and the Client interface only.
 //
 // Guarantees:
 //  - every request has a timeout (RestConfig::timeout; watches: their timeoutSeconds plus a margin,
@@ -31,11 +31,6 @@ struct RetryPolicy {
   double jitter = 0.5;                       // each delay is stretched by a random factor in [1, 1 + jitter]
   std::chrono::seconds max_retry_after{60};  // a longer Retry-After is capped to this
 };
-
-// Sizes the HTTP transport's shared thread pool (cpprestsdk's default is 40 threads, whose hand-offs
-// cost more than they bring to a controller). Call once, before the first client is created, from the
-// program's main path; returns an error if the pool already exists.
-Status configure_transport_threads(size_t threads);
 
 // The delay before retry number `attempt` (1-based): initial * 2^(attempt-1), capped, with jitter.
 std::chrono::milliseconds backoff_delay(const RetryPolicy& policy, int attempt, std::mt19937_64& rng);

@@ -10,22 +10,26 @@
 //  - an endpoint listener (one per endpoint, its own port, like a ClusterIP): every request goes to
 //    that endpoint's pods whatever it asks for (the rollout's quality check talks to stable and
 //    canary through these).
-// Responses are relayed as they arrive (server-sent event streams pass through unbuffered). Errors of
-// the router itself are OpenAI-shaped: {"error":{"message","type","param","code"}} with 400 (no or bad
-// model field), 404 (unknown model), 413 (body over 16 MiB), 502 (no pod answered), 503 (no ready pod,
-// with Retry-After).
+// Both are the project's HTTP server (infergate/http/server.h) in front of its client
+// (infergate/http/client.h): requests are read whole (the model name is in the body), sent on with
+// their end-to-end headers, and responses relayed as they arrive (server-sent event streams pass
+// through unbuffered; a client that goes away cancels the pod's request). Errors of the router itself
+// are OpenAI-shaped: {"error":{"message","type","param","code"}} with 400 (no or bad model field), 404
+// (unknown model), 413 (body over 16 MiB), 502 (no pod answered), 503 (no ready pod, with Retry-After).
 // Thread-safe; the resolver is called concurrently from the listener's threads.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "infergate/common/result.h"
-
-struct mg_context;
+#include "infergate/http/client.h"
+#include "infergate/http/server.h"
 
 namespace infergate::op::local {
 
@@ -46,24 +50,32 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
   const std::string& host() const { return host_; }
-  std::string url() const { return "http://" + host_ + ":" + std::to_string(port_); }
+  std::string url() const { return "http://" + host_ + ":" + std::to_string(port()); }
 
-  // Request handling state (public for the civetweb callback, not for callers).
+ private:
   struct Config {
     std::string endpoint;  // "" for the front door
     Resolver resolve;
     Lister list;
   };
+  enum class Relay { kDone, kUnreachable };
 
- private:
   Router() = default;
   static Result<std::unique_ptr<Router>> start(const std::string& bind, Config config);
-  mg_context* ctx_ = nullptr;
-  int port_ = 0;
+  void handle(const std::shared_ptr<http::Exchange>& ex);
+  // Sends the request to one pod and relays its answer. kUnreachable when nothing was written to the
+  // client yet (the caller may try another pod).
+  Relay relay(const std::shared_ptr<http::Exchange>& ex, const std::string& backend);
+  Result<std::shared_ptr<http::Client>> client_for(const std::string& backend);
+
+  Config config_;
   std::string host_;
-  std::unique_ptr<Config> config_;
+  std::mutex clients_mu_;
+  std::map<std::string, std::shared_ptr<http::Client>> clients_;  // one per pod address, reused
+  std::unique_ptr<http::BlockingHandlers> pool_;                  // a relay blocks while it streams
+  std::unique_ptr<http::Server> server_;
 };
 
 // "host:port" -> (host, port). Errors name the text.

@@ -181,6 +181,8 @@ struct HttpResponse {
   int status = 0;
   std::string body;
 };
+// The largest body Platform::http_get reads (a /metrics page or a Prometheus query result).
+constexpr uint64_t kMaxScrapeBytes = 8u << 20;
 
 struct EventRecord {
   enum class Type { kNormal, kWarning };
