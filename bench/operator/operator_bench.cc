@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
              std::to_string(workers),
              "--metrics-bind-address",
              "127.0.0.1:0",
+             "--metrics-secure=false",  // this measures reconciling, not scrape authorisation
              "--health-probe-bind-address",
              "0",
              "--log-level",

@@ -41,7 +41,16 @@ VARIANTS = {
                                   "trustSecretNames": ["model-signing-key"]}},
     "no-pdb-no-metrics-service": {"podDisruptionBudget": {"enabled": False},
                                   "metrics": {"service": {"enabled": False}}},
+    "metrics-cert-and-readers": {
+        "metrics": {"certSecret": "operator-metrics-tls",
+                    "readers": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]},
+        "serviceMonitor": {"enabled": True}},
+    "plain-metrics": {"metrics": {"secure": False, "port": 8080, "service": {"port": 8080}},
+                      "serviceMonitor": {"enabled": True}},
 }
+
+# The ClusterRole that says who may scrape /metrics; bound to readers, never to the operator.
+METRICS_READER_SUFFIX = "-metrics-reader"
 
 # The "restricted" Pod Security Standard allows only these volume types.
 RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
@@ -215,6 +224,77 @@ class ChartRenders(unittest.TestCase):
         self.assertIn("metrics.service.enabled", ctx.exception.stderr)
 
 
+class SecureMetrics(unittest.TestCase):
+    def cluster_role(self, objs, suffix):
+        found = [o for o in by_kind(objs, "ClusterRole") if o["metadata"]["name"].endswith(suffix)]
+        return found[0] if found else None
+
+    def test_by_default_metrics_are_https_for_tokens_a_subject_access_review_allows(self):
+        objs = rendered("default")
+        args = args_of(one(objs, "Deployment"))
+        self.assertEqual(flag(args, "--metrics-secure"), "true")
+        self.assertIsNone(flag(args, "--metrics-cert-dir"), "no certSecret: a self-signed certificate")
+        auth = self.cluster_role(objs, "-metrics-auth")
+        self.assertEqual(auth["rules"], [
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}])
+        sa = one(objs, "ServiceAccount")["metadata"]["name"]
+        bound = [b for b in by_kind(objs, "ClusterRoleBinding") if b["roleRef"]["name"] == auth["metadata"]["name"]]
+        self.assertEqual(len(bound), 1)
+        self.assertEqual(bound[0]["subjects"], [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}])
+        reader = self.cluster_role(objs, METRICS_READER_SUFFIX)
+        self.assertEqual(reader["rules"], [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+        self.assertFalse([b for b in by_kind(objs, "ClusterRoleBinding")
+                          if b["roleRef"]["name"] == reader["metadata"]["name"]],
+                         "nobody reads metrics until a scraper is bound")
+
+    def test_the_service_monitor_presents_a_token_over_https(self):
+        ep = one(rendered("monitoring"), "ServiceMonitor")["spec"]["endpoints"][0]
+        self.assertEqual(ep["scheme"], "https")
+        self.assertEqual(ep["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token")
+        self.assertEqual(ep["tlsConfig"], {"insecureSkipVerify": True}, "self-signed: nothing to verify it with")
+        custom = one(render(HELM, {"serviceMonitor": {"enabled": True, "tlsConfig": {"serverName": "x"}}}),
+                     "ServiceMonitor")
+        self.assertEqual(custom["spec"]["endpoints"][0]["tlsConfig"], {"serverName": "x"})
+
+    def test_a_cert_secret_is_mounted_served_and_verified_by_the_service_monitor(self):
+        objs = rendered("metrics-cert-and-readers")
+        dep = one(objs, "Deployment")
+        pod = dep["spec"]["template"]["spec"]
+        self.assertEqual(flag(args_of(dep), "--metrics-cert-dir"), "/etc/infergate/metrics-cert")
+        vol = [v for v in pod["volumes"] if v["name"] == "metrics-cert"][0]
+        self.assertEqual(vol["secret"]["secretName"], "operator-metrics-tls")
+        self.assertEqual({i["key"] for i in vol["secret"]["items"]}, {"tls.crt", "tls.key"})
+        mount = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "metrics-cert"][0]
+        self.assertEqual((mount["mountPath"], mount["readOnly"]), ("/etc/infergate/metrics-cert", True))
+        svc = one(objs, "Service")
+        tls = one(objs, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]
+        self.assertEqual(tls["serverName"], f"{svc['metadata']['name']}.{NAMESPACE}.svc")
+        self.assertEqual(tls["ca"], {"secret": {"name": "operator-metrics-tls", "key": "ca.crt"}})
+
+    def test_readers_are_bound_to_the_metrics_reader_role_and_to_nothing_else(self):
+        objs = rendered("metrics-cert-and-readers")
+        reader = self.cluster_role(objs, METRICS_READER_SUFFIX)["metadata"]["name"]
+        readers = [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+        for b in by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding"):
+            with self.subTest(binding=b["metadata"]["name"]):
+                if b["subjects"] == readers:
+                    self.assertEqual(b["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                    "name": reader})
+                else:
+                    self.assertNotEqual(b["roleRef"]["name"], reader)
+
+    def test_plain_metrics_for_local_use_drop_tls_and_the_review_permissions(self):
+        objs = rendered("plain-metrics")
+        self.assertEqual(flag(args_of(one(objs, "Deployment")), "--metrics-secure"), "false")
+        self.assertIsNone(self.cluster_role(objs, "-metrics-auth"))
+        self.assertIsNone(self.cluster_role(objs, METRICS_READER_SUFFIX))
+        self.assertFalse([g for g in granted(objs) if g[1] in ("tokenreviews", "subjectaccessreviews")])
+        ep = one(objs, "ServiceMonitor")["spec"]["endpoints"][0]
+        self.assertNotIn("scheme", ep)
+        self.assertNotIn("bearerTokenFile", ep)
+
+
 class LeaderElection(unittest.TestCase):
     def test_leader_election_is_on_by_default_so_the_operator_rolls_without_two_acting(self):
         objs = rendered("default")
@@ -318,7 +398,10 @@ class Rbac(unittest.TestCase):
                     self.assertNotIn("*", (g, r, v))
             for o in rendered(name):
                 for rule in o.get("rules", []):
-                    self.assertNotIn("nonResourceURLs", rule)
+                    if o["metadata"]["name"].endswith(METRICS_READER_SUFFIX):
+                        self.assertEqual(rule, {"nonResourceURLs": ["/metrics"], "verbs": ["get"]})
+                    else:
+                        self.assertNotIn("nonResourceURLs", rule)
 
     def test_no_exec_attach_port_forward_escalate_bind_or_impersonate(self):
         forbidden_resources = {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "services/proxy",
@@ -363,7 +446,9 @@ class Rbac(unittest.TestCase):
             with self.subTest(variant=name):
                 self.assertEqual(flag(args_of(one(objs, "Deployment")), "--namespace"), ",".join(namespaces))
                 cluster = {(g, r, v) for g, r, v, ns, kind in granted(objs, kinds=("ClusterRole",))}
-                self.assertEqual(cluster, {("apiextensions.k8s.io", "customresourcedefinitions", "get")})
+                self.assertEqual(cluster, {("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+                                           ("authentication.k8s.io", "tokenreviews", "create"),
+                                           ("authorization.k8s.io", "subjectaccessreviews", "create")})
                 for ns in namespaces:
                     mine = {(g, r, v) for g, r, v, n, kind in granted(objs) if n == ns}
                     self.assertIn(("serving.infergate.dev", "inferencemodels", "watch"), mine)
@@ -387,6 +472,8 @@ class Rbac(unittest.TestCase):
             roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
                      for o in by_kind(objs, "Role") + by_kind(objs, "ClusterRole")}
             for b in by_kind(objs, "RoleBinding") + by_kind(objs, "ClusterRoleBinding"):
+                if b["metadata"]["name"].endswith(METRICS_READER_SUFFIX):
+                    continue  # binds the scrapers metrics.readers names (SecureMetrics checks it)
                 with self.subTest(variant=name, binding=b["metadata"]["name"]):
                     self.assertEqual(b["subjects"], [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}])
                     ref = b["roleRef"]
@@ -462,6 +549,8 @@ class ValuesSchema(unittest.TestCase):
         ("leaderElection.renewDeadline=20s", "must be longer than leaderElection.renewDeadline"),
         ("rbac.trustSecretNamespaces[0]=UPPER", "rbac.trustSecretNamespaces"),
         ("metrics.port=70000", "metrics.port"),
+        ("metrics.secure=maybe", "metrics.secure"),
+        ("metrics.readers[0].kind=Robot", "metrics.readers"),
         ("serviceMonitor.interval=often", "serviceMonitor.interval"),
         ("extraArgs[0]=--namespace=a;rm", None),  # accepted: a flag; the operator validates values
         ("unknownKey=1", "unknownKey"),

@@ -122,6 +122,14 @@ void add_flags(CLI::App& app, OperatorOptions& o) {
   duration("--leader-elect-retry-period", o.retry_period, "how often candidates try and leaders renew (2s)");
   app.add_option("--metrics-bind-address", o.metrics_bind_address, "[host]:port for /metrics; 0 disables")
       ->capture_default_str();
+  app.add_option("--metrics-secure", o.metrics_secure,
+                 "serve /metrics over TLS to callers whose bearer token the API server authenticates "
+                 "(TokenReview) and allows to get /metrics (SubjectAccessReview); false: plain HTTP, no "
+                 "authentication")
+      ->capture_default_str();
+  app.add_option("--metrics-cert-dir", o.metrics_cert_dir,
+                 "directory with tls.crt and tls.key for /metrics (re-read when renewed); default: a "
+                 "self-signed certificate made at start");
   app.add_option("--health-probe-bind-address", o.health_probe_bind_address,
                  "[host]:port for /healthz and /readyz; 0 disables")
       ->capture_default_str();
@@ -161,6 +169,8 @@ Result<std::unique_ptr<OperatorApp>> OperatorApp::create(const OperatorOptions& 
   manager::ManagerOptions mo;
   mo.leader_elect = options.leader_elect;
   mo.metrics_bind_address = options.metrics_bind_address;
+  mo.metrics_secure = options.metrics_secure;
+  mo.metrics_cert_dir = options.metrics_cert_dir;
   mo.health_probe_bind_address = options.health_probe_bind_address;
   if (options.leader_elect) {
     mo.election.namespace_ =

@@ -61,6 +61,15 @@ const ResourceKind& custom_resource_definition() {
                               "CustomResourceDefinition", false};
   return k;
 }
+const ResourceKind& token_review() {
+  static const ResourceKind k{"authentication.k8s.io", "v1", "tokenreviews", "TokenReview", false};
+  return k;
+}
+const ResourceKind& subject_access_review() {
+  static const ResourceKind k{"authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
+                              false};
+  return k;
+}
 }  // namespace kinds
 
 std::string_view to_string(WatchEventType t) {

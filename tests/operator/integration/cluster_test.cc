@@ -7,7 +7,10 @@
 #include <mutex>
 #include <set>
 
+#include "fixtures/tls_certs.h"
+#include "infergate/common/fs.h"
 #include "infergate/common/subprocess.h"
+#include "infergate/http/client.h"
 #include "integration/operator_fixture.h"
 
 namespace infergate::op::testing {
@@ -153,11 +156,15 @@ class ChartRbac : public OperatorFixture {
  protected:
   static constexpr const char* kRelease = "infergate-system";
   static constexpr const char* kToken = "operator-token";
+  static constexpr const char* kScraperToken = "scraper-token";
+  static constexpr const char* kStrangerToken = "stranger-token";
 
   void SetUp() override {
     if (!std::filesystem::exists(INFERGATE_HELM)) GTEST_SKIP() << "no helm (scripts/install-deps.sh)";
     FakeApiServerOptions o;
-    o.users = {{kToken, std::string("system:serviceaccount:") + kRelease + ":t-infergate"}};
+    o.users = {{kToken, std::string("system:serviceaccount:") + kRelease + ":t-infergate"},
+               {kScraperToken, "system:serviceaccount:monitoring:prometheus-k8s"},
+               {kStrangerToken, "system:serviceaccount:monitoring:someone-else"}};
     boot(o);
     ASSERT_EQ(server_
                   ->create("/api/v1/namespaces",
@@ -194,7 +201,9 @@ class ChartRbac : public OperatorFixture {
     }
   }
   void start_as_the_operator(std::vector<std::string> namespaces) {
-    app::OperatorOptions o = options();
+    start_as_the_operator(options(), std::move(namespaces));
+  }
+  void start_as_the_operator(app::OperatorOptions o, std::vector<std::string> namespaces) {
     o.namespaces = std::move(namespaces);
     o.leader_elect = true;
     o.leader_elect_namespace = kRelease;
@@ -233,6 +242,56 @@ TEST_F(ChartRbac, AModelWhoseSecretIsForbiddenSaysWhichValueGrantsIt) {
   install_rbac({"rbac.trustSecretNamespaces={models}"});
   ASSERT_TRUE(wait_condition("glm", "Ready", "True", "Serving", 20s)) << get_model("glm").dump(2);
   EXPECT_LE(forbidden_requests() - before, 3u) << "looked again at the trust-recheck period, not in a loop";
+}
+
+TEST_F(ChartRbac, MetricsAnswerOnlyTokensTheMetricsReaderRoleIsBoundTo) {
+  // The chart binds its metrics-reader ClusterRole to the scraper's service account (metrics.readers)
+  // and lets the operator create the reviews; nothing else is set up by hand.
+  install_rbac({"metrics.readers[0].kind=ServiceAccount", "metrics.readers[0].name=prometheus-k8s",
+                "metrics.readers[0].namespace=monitoring"});
+  auto tls = infergate::testing::make_tls_material();
+  ASSERT_TRUE(tls.ok()) << tls.error().to_string();
+  auto certs = TempDir::create("metrics-cert");
+  ASSERT_TRUE(certs.ok());
+  ASSERT_TRUE(write_file_atomic(certs->path() / "tls.crt", tls->server_cert_pem).ok());
+  ASSERT_TRUE(write_file_atomic(certs->path() / "tls.key", tls->server_key_pem).ok());
+  app::OperatorOptions o = options();
+  o.metrics_bind_address = "127.0.0.1:0";
+  o.metrics_secure = true;
+  o.metrics_cert_dir = certs->path();
+  start_as_the_operator(o, {});
+  const std::string url = "https://127.0.0.1:" + std::to_string(app_->manager().metrics_port()) + "/metrics";
+  auto scrape = [&](const std::string& token) {
+    http::ClientRequest r;
+    r.timeout = 10s;
+    if (!token.empty()) r.headers = {{"Authorization", "Bearer " + token}};
+    return http::fetch(url, r, http::ClientTls{tls->ca_pem, "", "", false});
+  };
+  auto anonymous = scrape("");
+  ASSERT_TRUE(anonymous.ok()) << anonymous.error().to_string();
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->header("www-authenticate"), "Bearer");
+  auto unknown = scrape("made-up-token");
+  ASSERT_TRUE(unknown.ok()) << unknown.error().to_string();
+  EXPECT_EQ(unknown->status, 401) << unknown->body;
+  auto stranger = scrape(kStrangerToken);
+  ASSERT_TRUE(stranger.ok()) << stranger.error().to_string();
+  EXPECT_EQ(stranger->status, 403) << stranger->body;
+  EXPECT_NE(stranger->body.find("system:serviceaccount:monitoring:someone-else"), std::string::npos)
+      << stranger->body;
+  EXPECT_EQ(stranger->body.find("infergate_operator"), std::string::npos);
+  auto scraper = scrape(kScraperToken);
+  ASSERT_TRUE(scraper.ok()) << scraper.error().to_string();
+  EXPECT_EQ(scraper->status, 200) << scraper->body;
+  EXPECT_NE(scraper->body.find("infergate_operator_leader 1"), std::string::npos) << scraper->body;
+  // Plain HTTP to the TLS port gets nothing.
+  http::ClientRequest plain;
+  plain.timeout = 5s;
+  plain.headers = {{"Authorization", std::string("Bearer ") + kScraperToken}};
+  auto cleartext =
+      http::fetch("http://127.0.0.1:" + std::to_string(app_->manager().metrics_port()) + "/metrics", plain);
+  EXPECT_TRUE(!cleartext.ok() || cleartext->status != 200);
+  EXPECT_EQ(forbidden_requests(), 0u) << "the chart lets the operator create the token and access reviews";
 }
 
 class CrdSkew : public OperatorFixture {};

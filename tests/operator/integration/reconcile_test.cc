@@ -249,6 +249,7 @@ TEST_F(Reconcile, AVerificationFailureIsShownWithReasonAndFile) {
 TEST_F(Reconcile, ApiErrorsAreRetriedWithBackoffWithoutFlappingConditions) {
   auto o = options();
   o.metrics_bind_address = "127.0.0.1:0";
+  o.metrics_secure = false;  // read below without a token (ChartRbac tests the secure endpoint)
   start_operator(o);
   server_->create(kModels, model_json("glm"));
   ASSERT_TRUE(wait_condition("glm", "Ready", "True"));
@@ -286,9 +287,10 @@ TEST_F(Reconcile, ApiErrorsAreRetriedWithBackoffWithoutFlappingConditions) {
   EXPECT_NE(body.find("infergate_operator_reconcile_errors_total"), std::string::npos);
 }
 
-TEST_F(Reconcile, ServesProbesAndMetrics) {
+TEST_F(Reconcile, ServesProbesAndPlainMetricsWhenSecureServingIsOff) {
   auto o = options();
   o.metrics_bind_address = "127.0.0.1:0";
+  o.metrics_secure = false;
   o.health_probe_bind_address = "127.0.0.1:0";
   start_operator(o);
   server_->create(kModels, model_json("glm"));

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,8 +37,10 @@ struct OperatorOptions {
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
-  std::string metrics_bind_address = ":8080";
+  std::string metrics_bind_address = ":8443";
   std::string health_probe_bind_address = ":8081";
+  bool metrics_secure = true;              // TLS + TokenReview/SubjectAccessReview on /metrics
+  std::filesystem::path metrics_cert_dir;  // tls.crt, tls.key; "" = self-signed at start
   int workers = 4;
   api::Images images;
   std::chrono::seconds resync_period{600};

@@ -1,6 +1,6 @@
 // The Kubernetes API, as infergate's operator uses it: small Reader / Writer / Client interfaces over
 // JSON objects (kube-rs' dynamic objects, client-go's dynamic client). RestClient is the HTTP
-// implementation; the informer cache implements Reader. Nothing here includes cpprestsdk.
+// implementation; the informer cache implements Reader. Nothing here knows the HTTP transport.
 #pragma once
 
 #include <chrono>
@@ -45,6 +45,8 @@ const ResourceKind& lease();
 const ResourceKind& namespace_();
 const ResourceKind& inference_model();
 const ResourceKind& custom_resource_definition();
+const ResourceKind& token_review();           // authentication.k8s.io/v1, created only (never stored)
+const ResourceKind& subject_access_review();  // authorization.k8s.io/v1, created only (never stored)
 }  // namespace kinds
 
 struct GetOptions {

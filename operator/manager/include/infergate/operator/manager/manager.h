@@ -1,6 +1,8 @@
 // The manager (controller-runtime's pkg/manager): wires the informer cache, the controllers, leader
-// election, the health probes (/healthz, /readyz) and the metrics endpoint (/metrics), and runs them
-// until stopped or until this replica loses its lease.
+// election, the health probes (/healthz, /readyz: plain HTTP, no authentication) and the metrics
+// endpoint (/metrics: by default over TLS, for callers whose bearer token a TokenReview authenticates
+// and a SubjectAccessReview allows to get /metrics, as controller-runtime's secure metrics serving
+// does), and runs them until stopped or until this replica loses its lease.
 //
 // Guarantees: informers run (and caches stay warm) whether or not this replica leads; controllers'
 // workers run only while it leads; writes through write_client() are fenced by the lease; losing the
@@ -9,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "infergate/operator/cache/informer_cache.h"
 #include "infergate/operator/manager/controller.h"
 #include "infergate/operator/manager/http_endpoints.h"
+#include "infergate/operator/manager/kubernetes_authorizer.h"
 #include "infergate/operator/manager/leader_election.h"
 #include "infergate/operator/manager/leader_guard.h"
 #include "infergate/operator/manager/metrics.h"
@@ -26,8 +30,16 @@ namespace infergate::op::manager {
 struct ManagerOptions {
   bool leader_elect = false;
   LeaderElectionConfig election;
-  std::string metrics_bind_address = ":8080";       // "0" disables
+  std::string metrics_bind_address = ":8443";       // "0" disables
   std::string health_probe_bind_address = ":8081";  // "0" disables
+  // /metrics over TLS, each request's bearer token reviewed by the API server (TokenReview) and
+  // authorised for "get" on the non-resource URL /metrics (SubjectAccessReview). Off: plain HTTP
+  // without authentication (local use; keep it off any network others share).
+  bool metrics_secure = true;
+  // tls.crt and tls.key of the serving certificate (a mounted kubernetes.io/tls Secret; re-read when
+  // they change, as cert-manager renews them). Empty: a self-signed certificate made at start.
+  std::filesystem::path metrics_cert_dir;
+  std::chrono::milliseconds metrics_auth_cache_ttl{10'000};
   std::chrono::milliseconds cache_sync_timeout{std::chrono::minutes(2)};
 };
 
@@ -56,6 +68,10 @@ class Manager {
  private:
   void start_controllers();
   void stop_controllers();
+  // The metrics endpoint as the options say: plain, or TLS with authentication and authorisation.
+  Result<std::unique_ptr<HttpEndpoints>> start_metrics();
+  // Re-reads the serving certificate when its files changed (cert-manager renewed it).
+  void reload_metrics_certificate(HttpEndpoints& endpoints);
 
   client::Client& api_;
   ManagerOptions options_;
@@ -71,6 +87,8 @@ class Manager {
   std::atomic<bool> started_{false};
   std::atomic<int> metrics_port_{0}, health_port_{0};
   std::mutex controllers_mu_;
+  std::unique_ptr<KubernetesAuthorizer> authorizer_;
+  std::filesystem::file_time_type cert_mtime_{}, key_mtime_{};
 };
 
 }  // namespace infergate::op::manager
