@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/eventually.h"
 #include "fixtures/tls_certs.h"
 #include "http/raw_connection.h"
 #include "infergate/http/client.h"
@@ -89,15 +90,13 @@ TEST(Server, ClosesIdleAndSlowClientsAfterTheRequestTimeout) {
 }
 
 TEST(Server, StreamsChunksAsTheyAreWritten) {
-  std::atomic<bool> release{false};
+  std::mutex mu;
+  std::shared_ptr<Exchange> held;
   auto s = serve([&](std::shared_ptr<Exchange> ex) {
     ex->start_stream(200, "text/event-stream");
     ex->write("data: one\n\n");
-    std::thread([ex, &release] {
-      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      ex->write("data: two\n\n");
-      ex->finish();
-    }).detach();
+    std::lock_guard lock(mu);
+    held = ex;  // the second chunk comes when the test says so
   });
   RawConnection c(s->port());
   ASSERT_TRUE(c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n"));
@@ -105,9 +104,19 @@ TEST(Server, StreamsChunksAsTheyAreWritten) {
   std::string first = c.read_until("data: one", 5000);
   EXPECT_NE(first.find("Transfer-Encoding: chunked"), std::string::npos);
   EXPECT_NE(first.find("data: one"), std::string::npos);
-  release = true;
+  ASSERT_TRUE(infergate::testing::eventually([&] {
+    std::lock_guard lock(mu);
+    return held != nullptr;
+  }));
+  {
+    std::lock_guard lock(mu);
+    held->write("data: two\n\n");
+    held->finish();
+  }
   std::string rest = c.read_until("0\r\n\r\n", 5000);
   EXPECT_NE(rest.find("data: two"), std::string::npos);
+  s->stop();
+  held.reset();
 }
 
 TEST(Server, TellsTheHandlerWhenTheClientDisconnectsMidResponse) {
@@ -126,12 +135,13 @@ TEST(Server, TellsTheHandlerWhenTheClientDisconnectsMidResponse) {
     ASSERT_TRUE(c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n"));
     ASSERT_NE(c.read_until("hello", 5000).find("hello"), std::string::npos);
   }  // closed
-  for (int i = 0; i < 500 && !gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(gone.load());
+  EXPECT_TRUE(infergate::testing::eventually([&] { return gone.load(); }));
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_TRUE(held->disconnected());
   held->write("ignored");  // writes after a disconnect are dropped, not a crash
   held->finish();
+  s->stop();
+  held.reset();  // every exchange is let go before its server is destroyed
 }
 
 TEST(Server, AnswersExpectContinueBeforeTheBody) {
@@ -175,22 +185,32 @@ TEST(Server, SendsASizedBodyInPiecesAndCutsOneThatEndsShort) {
 }
 
 TEST(Server, AbortCutsAStreamMidResponse) {
-  auto s = serve([](std::shared_ptr<Exchange> ex) {
+  std::mutex mu;
+  std::shared_ptr<Exchange> held;
+  auto s = serve([&](std::shared_ptr<Exchange> ex) {
     ex->start_stream(200, "application/json");
     ex->write("{\"type\":\"ADDED\"}\n");
-    std::thread([ex] {
-      std::this_thread::sleep_for(50ms);
-      ex->abort();
-    }).detach();
+    std::lock_guard lock(mu);
+    held = ex;  // a watch that stays open until the test cuts it
   });
   auto stream = fetch_stream(s->url() + "/watch");
   ASSERT_TRUE(stream.ok()) << stream.error().to_string();
   auto first = (*stream)->read();
   ASSERT_TRUE(first.ok() && *first) << (first.ok() ? "end" : first.error().to_string());
   EXPECT_EQ(**first, "{\"type\":\"ADDED\"}\n");
+  ASSERT_TRUE(infergate::testing::eventually([&] {
+    std::lock_guard lock(mu);
+    return held != nullptr;
+  }));
+  {
+    std::lock_guard lock(mu);
+    held->abort();
+  }
   auto next = (*stream)->read();
   ASSERT_FALSE(next.ok()) << "a cut stream must not read as a clean end";
   EXPECT_EQ(next.error().reason(), "ConnectionFailed");
+  s->stop();
+  held.reset();  // every exchange is let go before its server is destroyed
 }
 
 TEST(Server, AnswersA500WhenAHandlerDropsTheRequestUnanswered) {
@@ -327,8 +347,7 @@ TEST(BlockingHandlers, RunHandlersThatBlockAndRefuseWhenEveryThreadIsBusy) {
       if (r.ok() && r->body == "done") ++done;
     });
   }
-  for (int i = 0; i < 500 && running < 2; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(running.load(), 2);
+  ASSERT_TRUE(infergate::testing::eventually([&] { return running.load() == 2; }));
   auto busy = fetch(s->url() + "/");  // a third while both threads block: refused, not queued
   ASSERT_TRUE(busy.ok()) << busy.error().to_string();
   EXPECT_EQ(busy->status, 503);
