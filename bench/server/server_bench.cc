@@ -38,7 +38,11 @@ Throughput measure_throughput(const srv::Server& s, int clients, double seconds)
   const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(seconds));
   std::vector<std::thread> pool;
-  auto client = *infergate::http::Client::create({s.url(), std::chrono::seconds(120), {}, "server_bench"});
+  infergate::http::ClientOptions options;
+  options.base_url = s.url();
+  options.timeout = std::chrono::seconds(120);
+  options.user_agent = "server_bench";
+  auto client = *infergate::http::Client::create(options);
   for (int c = 0; c < clients; ++c) {
     pool.emplace_back([&, c] {
       for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
