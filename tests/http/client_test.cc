@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <atomic>
 #include <thread>
 
@@ -11,6 +13,8 @@
 
 namespace infergate::http {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 
@@ -201,7 +205,7 @@ TEST(Client, SplitsUrlsIntoOriginAndTarget) {
   EXPECT_EQ(a->second, "/base/x?y=1");
   EXPECT_EQ(split_url("https://h").value().second, "/");
   EXPECT_EQ(split_url("http://h?q").value().second, "/?q");
-  EXPECT_FALSE(split_url("http://h/a b").ok());
+  EXPECT_TRUE(refused(split_url("http://h/a b"), "BadUrl", {"white space"}));
 }
 
 TEST(SseParser, JoinsDataLinesAndSplitsEventsAcrossPieces) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +19,8 @@
 
 namespace infergate::http {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 using testing::RawConnection;
@@ -268,7 +272,7 @@ TEST(Server, ServesTlsAndReportsAVerifiedClientCertificate) {
   ClientRequest quick;
   quick.timeout = 5s;
   auto untrusted = fetch(s->url() + "/", quick, ClientTls{other->ca_pem, "", "", false});
-  EXPECT_FALSE(untrusted.ok());
+  EXPECT_TRUE(refused(untrusted, "ConnectionFailed", {"SSL handshake"}));
 }
 
 TEST(Server, RequiresAClientCertificateWhenAskedTo) {
@@ -310,9 +314,11 @@ TEST(Server, NewConnectionsGetReloadedTlsMaterial) {
   quick.timeout = 5s;
   EXPECT_TRUE(fetch(s->url() + "/", quick, ClientTls{first->ca_pem, "", "", false}).ok());
   ASSERT_TRUE(s->reload_tls(TlsOptions{second->server_cert_pem, second->server_key_pem, "", false}).ok());
-  EXPECT_FALSE(fetch(s->url() + "/", quick, ClientTls{first->ca_pem, "", "", false}).ok());
+  EXPECT_TRUE(refused(fetch(s->url() + "/", quick, ClientTls{first->ca_pem, "", "", false}),
+                      "ConnectionFailed", {"SSL handshake"}));
   EXPECT_TRUE(fetch(s->url() + "/", quick, ClientTls{second->ca_pem, "", "", false}).ok());
-  EXPECT_FALSE(s->reload_tls(TlsOptions{"x", "y", "", false}).ok());
+  EXPECT_TRUE(
+      refused(s->reload_tls(TlsOptions{"x", "y", "", false}), "BadTlsConfig", {"not a PEM certificate"}));
 }
 
 TEST(Server, ClosesATlsClientThatNeverFinishesItsHandshake) {

@@ -3,6 +3,8 @@
 // refusals of what would decode to noise.
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -13,6 +15,8 @@
 
 namespace infergate::kernels {
 namespace {
+
+using infergate::testing::refused;
 
 using testing::Rng;
 
@@ -214,7 +218,7 @@ TEST(PublishedRefRefuses, ScalesThatAreNotFiniteOrNegativeNamingThePosition) {
     const float scales[2] = {1.0f, bad};
     Status s =
         dequantize_published_ref({l, codes.data(), scales, nullptr, nullptr}, contiguous(out.data(), 2, 4));
-    ASSERT_FALSE(s.ok());
+    ASSERT_TRUE(refused(s, "", {"scale [1, 0]"}));
     EXPECT_NE(s.message().find("scale [1, 0]"), std::string::npos) << s.message();
   }
 }
@@ -226,7 +230,7 @@ TEST(PublishedRefRefuses, AnFp8NanCode) {
   std::vector<float> out(4);
   Status s =
       dequantize_published_ref({l, codes.data(), &scale, nullptr, nullptr}, contiguous(out.data(), 2, 2));
-  ASSERT_FALSE(s.ok());
+  ASSERT_TRUE(refused(s, "", {"fp8 NaN code at row 1, column 0"}));
   EXPECT_NE(s.message().find("row 1, column 0"), std::string::npos) << s.message();
 }
 
@@ -241,30 +245,33 @@ TEST(PublishedRefRefuses, AGIdxOutOfRangeOrWithGroupsOfTheWrongSize) {
                                        contiguous(out.data(), 1, 16))
                   .ok());
   g_idx[3] = 2;
-  EXPECT_FALSE(dequantize_published_ref({l, words.data(), scales.data(), nullptr, g_idx.data()},
-                                        contiguous(out.data(), 1, 16))
-                   .ok());
+  EXPECT_TRUE(refused(dequantize_published_ref({l, words.data(), scales.data(), nullptr, g_idx.data()},
+                                               contiguous(out.data(), 1, 16)),
+                      "", {"g_idx[3] = 2 is outside"}));
   g_idx[3] = 1;  // group 1 now has 9 columns, group 0 seven
   Status s = dequantize_published_ref({l, words.data(), scales.data(), nullptr, g_idx.data()},
                                       contiguous(out.data(), 1, 16));
-  ASSERT_FALSE(s.ok());
+  ASSERT_TRUE(refused(s, "", {"group 0 7 columns, not 8"}));
   EXPECT_NE(s.message().find("group 0 7 columns, not 8"), std::string::npos) << s.message();
 }
 
 TEST(PublishedRefRefuses, LayoutsTheFormatCannotHold) {
-  EXPECT_FALSE(validate_published_layout(layout(PublishedFormat::kAwqInt4, 36, 64, 32)).ok());  // N % 8
+  EXPECT_TRUE(refused(validate_published_layout(layout(PublishedFormat::kAwqInt4, 36, 64, 32)), "",
+                      {"N = 36 is not a multiple of 8"}));  // N % 8
   EXPECT_FALSE(
       validate_published_layout(layout(PublishedFormat::kAwqInt4, 32, 96, 64)).ok());  // G does not divide K
-  EXPECT_FALSE(validate_published_layout(layout(PublishedFormat::kCtInt4, 32, 96, 64)).ok());
+  EXPECT_TRUE(refused(validate_published_layout(layout(PublishedFormat::kCtInt4, 32, 96, 64)), "",
+                      {"group size 64 does not divide K = 96"}));
   EXPECT_TRUE(
       validate_published_layout(layout(PublishedFormat::kGptqInt4, 32, 96, 64)).ok());  // a short last group
-  EXPECT_FALSE(validate_published_layout(layout(PublishedFormat::kGptqInt4, 32, 100, 32)).ok());  // K % 8
+  EXPECT_TRUE(refused(validate_published_layout(layout(PublishedFormat::kGptqInt4, 32, 100, 32)), "",
+                      {"K = 100 is not a multiple of 8"}));  // K % 8
   PublishedLayout no_block = layout(PublishedFormat::kFp8Block, 4, 4);
   no_block.block_rows = 0;
-  EXPECT_FALSE(validate_published_layout(no_block).ok());
+  EXPECT_TRUE(refused(validate_published_layout(no_block), "", {"positive block size"}));
   PublishedLayout act = layout(PublishedFormat::kAwqInt4, 32, 64, 32);
   act.act_order = true;
-  EXPECT_FALSE(validate_published_layout(act).ok());
+  EXPECT_TRUE(refused(validate_published_layout(act), "", {"awq has no activation order"}));
 }
 
 TEST(PublishedRefRefuses, ANonFiniteWeightToQuantize) {
@@ -275,7 +282,7 @@ TEST(PublishedRefRefuses, ANonFiniteWeightToQuantize) {
   std::vector<uint16_t> scales(2);
   Status s = quantize_published_ref({x.data(), SourceDtype::kF32, 2, 8, 8}, l,
                                     {words.data(), scales.data(), nullptr, nullptr});
-  ASSERT_FALSE(s.ok());
+  ASSERT_TRUE(refused(s, "", {"row 1, column 3"}));
   EXPECT_NE(s.message().find("row 1, column 3"), std::string::npos) << s.message();
 }
 

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -15,6 +17,8 @@
 
 namespace infergate::op::local {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 
@@ -290,8 +294,8 @@ TEST(Router, RefusesABindAddressItCannotUse) {
   auto first = Router::front_door("127.0.0.1:0", t.resolver(), t.lister());
   ASSERT_TRUE(first.ok());
   auto second = Router::front_door("127.0.0.1:" + std::to_string((*first)->port()), t.resolver(), t.lister());
-  EXPECT_FALSE(second.ok());
-  EXPECT_FALSE(Router::front_door("nonsense", t.resolver(), t.lister()).ok());
+  EXPECT_TRUE(refused(second, "BindFailed", {"Address already in use"}));
+  EXPECT_TRUE(refused(Router::front_door("nonsense", t.resolver(), t.lister()), "", {"want host:port"}));
 }
 
 }  // namespace

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 namespace infergate::op::api {
 namespace {
+
+using infergate::testing::refused;
 
 TEST(Enums, RoundTripEverySpelling) {
   for (auto name : weight_format_names()) EXPECT_EQ(to_string(*parse_weight_format(name, "x")), name);
@@ -23,8 +27,8 @@ TEST(Enums, UnknownValueNamesFieldAndAcceptedValues) {
 }
 
 TEST(Enums, SpellingsAreCaseSensitive) {
-  EXPECT_FALSE(parse_weight_format("INT8", "x").ok());
-  EXPECT_FALSE(parse_stage_name("kvcache", "x").ok());
+  EXPECT_TRUE(refused(parse_weight_format("INT8", "x"), "InvalidSpec", {"unknown value \"INT8\""}));
+  EXPECT_TRUE(refused(parse_stage_name("kvcache", "x"), "InvalidSpec", {"unknown value \"kvcache\""}));
 }
 
 TEST(Enums, BitsPerElementFollowTheFormat) {

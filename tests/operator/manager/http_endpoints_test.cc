@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <mutex>
 
 #include "fixtures/tls_certs.h"
@@ -11,6 +13,8 @@
 
 namespace infergate::op::manager {
 namespace {
+
+using infergate::testing::refused;
 
 using namespace std::chrono_literals;
 
@@ -100,7 +104,7 @@ TEST(HttpEndpoints, RefusesBadBindAddressesNamingThem) {
   ASSERT_TRUE(hp.ok());
   EXPECT_EQ(hp->first, "0.0.0.0");
   EXPECT_EQ(hp->second, 8443);
-  EXPECT_FALSE(parse_bind_address("h:99999").ok());
+  EXPECT_TRUE(refused(parse_bind_address("h:99999"), "", {"0 to 65535"}));
 }
 
 }  // namespace

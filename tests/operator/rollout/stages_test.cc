@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <random>
 
 #include "api/testdata.h"
@@ -10,6 +12,8 @@
 
 namespace infergate::op::rollout {
 namespace {
+
+using infergate::testing::refused;
 
 using api::StageName;
 
@@ -231,7 +235,7 @@ TEST(PodConfigJson, RoundTripsThroughStatus) {
   auto back = api::pod_config_from_json(api::canonical_json(c));
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_EQ(api::canonical_json(*back), api::canonical_json(c));
-  EXPECT_FALSE(api::pod_config_from_json(Json::object()).ok());
+  EXPECT_TRUE(refused(api::pod_config_from_json(Json::object()), "", {"podConfig.artifact.volume"}));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +13,8 @@
 
 namespace infergate::runtime::model {
 namespace {
+
+using infergate::testing::refused;
 
 struct Buffers {
   std::vector<uint8_t> q, s, z;
@@ -109,11 +113,16 @@ TEST(WeightFormat, RefusesNonFiniteWeightsNamingTheElement) {
 }
 
 TEST(WeightFormat, RefusesSchemesTheKernelsCannotHold) {
-  EXPECT_FALSE(validate_scheme({WeightFormat::kInt4, 0, true, DType::kF16}).ok());
-  EXPECT_FALSE(validate_scheme({WeightFormat::kInt4, 48, true, DType::kF16}).ok());
-  EXPECT_FALSE(validate_scheme({WeightFormat::kInt8, 0, false, DType::kF16}).ok());
-  EXPECT_FALSE(validate_scheme({WeightFormat::kInt8, 128, true, DType::kF16}).ok());
-  EXPECT_FALSE(validate_scheme({WeightFormat::kInt4, 32, true, DType::kF32}).ok());
+  EXPECT_TRUE(refused(validate_scheme({WeightFormat::kInt4, 0, true, DType::kF16}), "InvalidQuantScheme",
+                      {"group size 0"}));
+  EXPECT_TRUE(refused(validate_scheme({WeightFormat::kInt4, 48, true, DType::kF16}), "InvalidQuantScheme",
+                      {"group size 48"}));
+  EXPECT_TRUE(refused(validate_scheme({WeightFormat::kInt8, 0, false, DType::kF16}), "InvalidQuantScheme",
+                      {"symmetric"}));
+  EXPECT_TRUE(refused(validate_scheme({WeightFormat::kInt8, 128, true, DType::kF16}), "InvalidQuantScheme",
+                      {"applies to int4 only"}));
+  EXPECT_TRUE(refused(validate_scheme({WeightFormat::kInt4, 32, true, DType::kF32}), "InvalidQuantScheme",
+                      {"scale dtype"}));
   EXPECT_TRUE(validate_scheme({WeightFormat::kInt4, 128, false, DType::kF16}).ok());
   EXPECT_TRUE(validate_scheme({WeightFormat::kInt8, 0, true, DType::kBF16}).ok());
 }

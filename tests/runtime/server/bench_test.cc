@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/refusal.h"
+
 namespace infergate::runtime::server {
 namespace {
+
+using infergate::testing::refused;
 
 TEST(Bench, PoissonArrivalsAreDeterministicPerSeedWithTheAskedRate) {
   auto a = poisson_arrivals(50, 100, 7);
@@ -52,9 +56,10 @@ TEST(Bench, RefusesBadPromptLinesNamingTheLine) {
   auto no_prompt = parse_prompts("# c\n\n{\"kind\":\"completion\"}\n", "p.jsonl");
   ASSERT_FALSE(no_prompt.ok());
   EXPECT_NE(no_prompt.error().message().find("p.jsonl:3"), std::string::npos);
-  EXPECT_FALSE(parse_prompts("not json\n", "p").ok());
-  EXPECT_FALSE(parse_prompts("", "p").ok());
-  EXPECT_FALSE(parse_prompts("{\"prompt\":\"x\",\"max_tokens\":0}", "p").ok());
+  EXPECT_TRUE(refused(parse_prompts("not json\n", "p"), "InvalidJson", {"p:1"}));
+  EXPECT_TRUE(refused(parse_prompts("", "p"), "InvalidPrompts", {"no prompts"}));
+  EXPECT_TRUE(refused(parse_prompts("{\"prompt\":\"x\",\"max_tokens\":0}", "p"), "InvalidPrompts",
+                      {"'max_tokens' must be at least 1"}));
 }
 
 TEST(Bench, RefusesBadRatesAndUrls) {
