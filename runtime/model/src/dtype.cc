@@ -1,38 +1,10 @@
 // Safetensors dtype names and fp16/bf16 conversions.
 #include "infergate/runtime/model/dtype.h"
 
-#include <array>
 #include <cmath>
 
 namespace infergate::runtime::model {
 namespace {
-
-struct DTypeInfo {
-  DType type;
-  std::string_view name;
-  size_t size;
-  bool is_float;
-};
-
-constexpr std::array<DTypeInfo, 15> kTypes = {{
-    {DType::kBool, "BOOL", 1, false},
-    {DType::kU8, "U8", 1, false},
-    {DType::kI8, "I8", 1, false},
-    {DType::kU16, "U16", 2, false},
-    {DType::kI16, "I16", 2, false},
-    {DType::kF16, "F16", 2, true},
-    {DType::kBF16, "BF16", 2, true},
-    {DType::kU32, "U32", 4, false},
-    {DType::kI32, "I32", 4, false},
-    {DType::kF32, "F32", 4, true},
-    {DType::kU64, "U64", 8, false},
-    {DType::kI64, "I64", 8, false},
-    {DType::kF64, "F64", 8, true},
-    {DType::kF8E4M3, "F8_E4M3", 1, true},
-    {DType::kF8E5M2, "F8_E5M2", 1, true},
-}};
-
-const DTypeInfo& info(DType t) { return kTypes[static_cast<size_t>(t)]; }
 
 uint32_t bits_of(float f) {
   uint32_t u;
@@ -42,15 +14,16 @@ uint32_t bits_of(float f) {
 
 }  // namespace
 
-std::string_view dtype_name(DType t) { return info(t).name; }
-size_t dtype_size(DType t) { return info(t).size; }
-bool is_float(DType t) { return info(t).is_float; }
-
-std::optional<DType> parse_dtype(std::string_view name) {
-  for (const auto& t : kTypes) {
-    if (t.name == name) return t.type;
+bool is_float(DType t) {
+  switch (t) {
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: return true;
+    default: return false;
   }
-  return std::nullopt;
 }
 
 uint16_t f32_to_f16(float f) {

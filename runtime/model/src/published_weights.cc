@@ -67,16 +67,6 @@ class CheckpointReader : public weights::TensorReader {
 
 }  // namespace
 
-DType to_model_dtype(weights::Dtype d) {
-  auto m = parse_dtype(weights::dtype_name(d));
-  return m ? *m : DType::kU8;
-}
-
-weights::Dtype to_weights_dtype(DType d) {
-  auto w = weights::parse_dtype(dtype_name(d));
-  return w ? *w : weights::Dtype::kU8;
-}
-
 Result<kernels::PublishedLayout> published_layout(const weights::Scheme& s, uint64_t rows, uint64_t cols) {
   kernels::PublishedLayout l;
   switch (s.family) {
@@ -136,7 +126,7 @@ Result<std::vector<TensorSpec>> published_part_specs(std::string_view weight_nam
                              published_layout(s, rows, cols).context(std::string(weight_name)));
   const kernels::PublishedShapes sh = kernels::published_shapes(l);
   const std::string base = base_of(weight_name);
-  const DType scale_dt = to_model_dtype(s.scale_dtype);
+  const DType scale_dt = s.scale_dtype;
   auto dims = [](const int64_t(&d)[2]) { return std::vector<uint64_t>{uint64_t(d[0]), uint64_t(d[1])}; };
   std::vector<TensorSpec> specs;
   switch (s.family) {
@@ -228,7 +218,7 @@ Result<weights::WeightDescription> describe_checkpoint(const ModelDirectory& dir
     for (const TensorInfo& t : shard.tensors()) {
       weights::TensorHeader h;
       h.name = t.name;
-      h.dtype = to_weights_dtype(t.dtype);
+      h.dtype = t.dtype;
       h.shape = t.shape;
       h.file = shard.name();
       h.offset = shard.header().data_offset + t.begin;
@@ -256,7 +246,7 @@ Result<std::vector<float>> dequantize_described(const Checkpoint& ckpt, const we
     ours.format = s.family == Family::kInfergateInt8 ? WeightFormat::kInt8 : WeightFormat::kInt4;
     ours.group_size = s.group_size;
     ours.symmetric = s.symmetric;
-    ours.scale_dtype = to_model_dtype(s.scale_dtype);
+    ours.scale_dtype = s.scale_dtype;
     INFERGATE_ASSIGN_OR_RETURN(auto d, tensor_copy<uint8_t>(ckpt, *data->tensor));
     INFERGATE_ASSIGN_OR_RETURN(auto sc, tensor_copy<uint8_t>(ckpt, *scale->tensor));
     std::vector<uint8_t> z;

@@ -487,7 +487,7 @@ Result<std::optional<weights::Scheme>> published_scheme(const TestModelOptions& 
     return option_error("--ue8m0-scales", "only fp8-block has ue8m0 scales");
   s.act_order = p.act_order;
   s.scale_ue8m0 = p.ue8m0;
-  s.dense_dtype = weights::parse_dtype(dtype_name(o.dtype)).value_or(weights::Dtype::kBF16);
+  s.dense_dtype = o.dtype;
   switch (s.family) {
     case Family::kFp8Block: s.scale_dtype = weights::Dtype::kF32; break;  // DeepSeek-V3's weight_scale_inv
     case Family::kAwqInt4:

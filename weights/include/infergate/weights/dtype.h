@@ -1,6 +1,6 @@
 // Element types of safetensors tensors, named as the format names them ("F16", "BF16", "F8_E4M3", ...).
-// The weights library's own small copy: it depends on nothing of ours but common (the runtime's
-// model::DType has the same members and converts one to one).
+// The project's one enum of them: the runtime's model::DType is this type, so the release description
+// and the checkpoint reader name a tensor's type alike.
 #pragma once
 
 #include <cstdint>

@@ -7,32 +7,19 @@
 #include <optional>
 #include <string_view>
 
+#include "infergate/weights/dtype.h"
+
 namespace infergate::runtime::model {
 
-enum class DType : uint8_t {
-  kBool,
-  kU8,
-  kI8,
-  kU16,
-  kI16,
-  kF16,
-  kBF16,
-  kU32,
-  kI32,
-  kF32,
-  kU64,
-  kI64,
-  kF64,
-  kF8E4M3,  // float8 e4m3fn (DeepSeek-V3's weights)
-  kF8E5M2,
-};
-
-// "F16", "BF16", ... exactly as in a safetensors header.
-std::string_view dtype_name(DType t);
-// Parses a safetensors dtype name; nullopt for unknown or unsupported (sub-byte) types.
-std::optional<DType> parse_dtype(std::string_view name);
+// The element types are the weights library's: one enum for the project, so the release description
+// and the checkpoint reader cannot disagree on what a tensor holds. "F16", "BF16", ... exactly as in a
+// safetensors header; parse_dtype is nullopt for unknown or unsupported (sub-byte) types.
+using DType = weights::Dtype;
+using weights::dtype_name;
+using weights::parse_dtype;
 // Bytes per element (every supported type is a whole number of bytes).
-size_t dtype_size(DType t);
+inline size_t dtype_size(DType t) { return static_cast<size_t>(weights::dtype_bytes(t)); }
+// Any floating-point type, fp8 included.
 bool is_float(DType t);
 
 // IEEE binary16 and bfloat16 <-> binary32. Narrowing rounds to nearest, ties to even; NaN stays NaN

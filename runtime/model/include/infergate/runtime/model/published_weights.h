@@ -21,10 +21,6 @@
 
 namespace infergate::runtime::model {
 
-// weights::Dtype <-> DType (same members, named alike).
-DType to_model_dtype(weights::Dtype d);
-weights::Dtype to_weights_dtype(DType d);
-
 // The kernels' layout of a [rows, cols] linear in a published scheme (fp8-block, fp8-channel, ct-int4,
 // awq, gptq); refuses our own and dense schemes, and what validate_published_layout refuses (reason
 // "InvalidQuantScheme", naming the shape).
