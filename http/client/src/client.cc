@@ -388,26 +388,29 @@ Result<ClientResponse> Client::call(const ClientRequest& request) {
   return out;
 }
 
-Result<ClientResponse> fetch(std::string_view url, ClientRequest request, ClientTls tls) {
+namespace {
+
+// A client for the scheme and host of `url`, with `request` aimed at its path (fetch, fetch_stream).
+Result<std::unique_ptr<Client>> client_for(std::string_view url, ClientRequest& request, ClientTls tls) {
   INFERGATE_ASSIGN_OR_RETURN(auto parts, split_url(url));
   ClientOptions o;
   o.base_url = parts.first;
   o.tls = std::move(tls);
   if (request.timeout.count() > 0) o.timeout = request.timeout;
-  INFERGATE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::create(std::move(o)));
   request.target = parts.second;
+  return Client::create(std::move(o));
+}
+
+}  // namespace
+
+Result<ClientResponse> fetch(std::string_view url, ClientRequest request, ClientTls tls) {
+  INFERGATE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, client_for(url, request, std::move(tls)));
   return client->call(request);
 }
 
 Result<std::unique_ptr<ResponseStream>> fetch_stream(std::string_view url, ClientRequest request,
                                                      ClientTls tls) {
-  INFERGATE_ASSIGN_OR_RETURN(auto parts, split_url(url));
-  ClientOptions o;
-  o.base_url = parts.first;
-  o.tls = std::move(tls);
-  if (request.timeout.count() > 0) o.timeout = request.timeout;
-  INFERGATE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::create(std::move(o)));
-  request.target = parts.second;
+  INFERGATE_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, client_for(url, request, std::move(tls)));
   return client->open(request);  // the stream keeps the transport alive, not the Client object
 }
 
