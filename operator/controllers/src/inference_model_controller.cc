@@ -14,6 +14,12 @@ bool transient(const Error& e) {
          e.code() == ErrorCode::kInternal;
 }
 
+// The object's status as written ({} when it has none).
+Json status_of(const Json& object) {
+  auto it = object.find("status");
+  return it != object.end() && it->is_object() ? *it : Json::object();
+}
+
 }  // namespace
 
 InferenceModelReconciler::InferenceModelReconciler(platform::ModelStore& models, platform::Platform& platform,
@@ -184,6 +190,56 @@ Result<reconcile::Action> InferenceModelReconciler::reconcile(const reconcile::R
   }
   return Error(ErrorCode::kConflict, "status of " + req.key() + " kept conflicting; retrying later",
                "Conflict");
+}
+
+void InferenceModelReconciler::record_failure(const reconcile::Request& req, const std::string& what) {
+  try {
+    if (Status st = mark_failed(req, what); !st.ok()) {
+      log::warn("cannot record a failed reconcile on the object",
+                {{"model", req.key()}, {"error", st.error().to_string()}});
+    }
+  } catch (const std::exception& e) {
+    log::error("recording a failed reconcile threw",
+               {{"model", req.key()}, {"error", std::string(e.what())}});
+  }
+}
+
+// Ready=False and Progressing=False with reason ReconcileError on the object, and one Warning Event
+// when that is new. Only the metadata and the status are read (the spec may be what threw); the rest of
+// the status is kept as it was, and a status that does not read as ours gets only its conditions.
+Status InferenceModelReconciler::mark_failed(const reconcile::Request& req, const std::string& what) {
+  INFERGATE_ASSIGN_OR_RETURN(std::optional<Json> object, models_.get(req.namespace_, req.name));
+  if (!object) return ok_status();
+  INFERGATE_ASSIGN_OR_RETURN(api::ObjectMeta meta, api::parse_object_meta(*object));
+  const std::string message = "the operator failed while reconciling this object (" + what.substr(0, 512) +
+                              "); it retries with backoff, and nothing else was changed by this attempt";
+  const Json current = status_of(*object);
+  auto parsed = api::parse_status(current);
+  api::InferenceModelStatus status = parsed.ok() ? std::move(*parsed) : api::InferenceModelStatus{};
+  const api::Condition* prev = api::find_condition(status.conditions, api::condition::kReady);
+  const bool announced = prev && prev->reason == reconcile::kReconcileError && prev->message == message;
+  for (auto type : {api::condition::kReady, api::condition::kProgressing}) {
+    api::set_condition(status.conditions,
+                       api::Condition{std::string(type),
+                                      "False",
+                                      std::string(reconcile::kReconcileError),
+                                      message,
+                                      meta.generation,
+                                      {}},
+                       clock_.wall_now());
+  }
+  Json next = api::status_to_json(status);
+  if (!parsed.ok()) {  // keep what is there for a person to look at; replace only the conditions
+    Json kept = current;
+    kept["conditions"] = next["conditions"];
+    next = std::move(kept);
+  }
+  if (next != current) INFERGATE_RETURN_IF_ERROR(models_.write_status(*object, next));
+  if (!announced) {
+    events_.emit(model_ref(meta),
+                 {platform::EventRecord::Type::kWarning, std::string(reconcile::kReconcileError), message});
+  }
+  return ok_status();
 }
 
 }  // namespace infergate::op::controllers

@@ -17,9 +17,37 @@ Controller::Controller(reconcile::Reconciler& reconciler, Clock& clock, Controll
 
 Controller::~Controller() { stop(); }
 
+namespace {
+
+// Runs one reconcile. An exception escaping it (it never should) becomes an error with reason
+// ReconcileError, logged with the key and recorded on the object by the reconciler, so that one
+// object's bug costs that object a retry with backoff, never the process or another object's turn.
+Result<reconcile::Action> reconcile_guarded(reconcile::Reconciler& reconciler, const std::string& controller,
+                                            const std::string& key) {
+  const reconcile::Request req = reconcile::Request::from_key(key);
+  std::string what;
+  try {
+    return reconciler.reconcile(req);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "an exception that is not a std::exception";
+  }
+  log::error("reconcile threw; the object is retried with backoff",
+             {{"controller", controller}, {"model", key}, {"error", what}});
+  try {
+    reconciler.record_failure(req, what);
+  } catch (...) {  // record_failure must not throw; if it does, the key still only backs off
+    log::error("recording a failed reconcile threw too", {{"controller", controller}, {"model", key}});
+  }
+  return Error(ErrorCode::kInternal, "reconcile threw: " + what, std::string(reconcile::kReconcileError));
+}
+
+}  // namespace
+
 void Controller::process(const std::string& key) {
   const auto start = std::chrono::steady_clock::now();
-  auto result = reconciler_.reconcile(reconcile::Request::from_key(key));
+  auto result = reconcile_guarded(reconciler_, options_.name, key);
   const auto took = std::chrono::steady_clock::now() - start;
   ++reconciles_;
   std::string outcome;

@@ -140,6 +140,34 @@ TEST_F(Rollout, TheFirstDeploymentGoesStraightToStable) {
   EXPECT_TRUE(status()["stable"].contains("podConfig"));
 }
 
+TEST_F(Rollout, AReconcileThatThrewIsShownOnTheObjectOnceAndTheRestOfTheStatusIsKept) {
+  deploy();
+  const Json stable = status()["stable"];
+  const std::string what = "type_error.302: type must be string, but is number";
+  for (int i = 0; i < 2; ++i) reconciler_->record_failure({"models", "glm"}, what);
+  for (const char* type : {"Ready", "Progressing"}) {
+    EXPECT_EQ(condition(type)["status"], "False") << type;
+    EXPECT_EQ(condition(type)["reason"], "ReconcileError") << type;
+    EXPECT_NE(condition(type)["message"].get<std::string>().find(what), std::string::npos) << type;
+  }
+  EXPECT_EQ(status()["stable"], stable) << "a failed attempt changes nothing else";
+  int warnings = 0;
+  for (const auto& e : events_.events()) warnings += e.reason == "ReconcileError" ? 1 : 0;
+  EXPECT_EQ(warnings, 1) << "announced once, not on every retry";
+  step();  // a reconcile that works again says so
+  EXPECT_EQ(condition("Ready")["status"], "True") << status().dump(2);
+}
+
+TEST_F(Rollout, AReconcileThatThrewOnAStatusThatIsNotOursReplacesOnlyItsConditions) {
+  Json m = model();
+  m["status"] = {{"replicas", "two"}, {"note", "left by a person"}};
+  store_.put(m);
+  reconciler_->record_failure({"models", "glm"}, "boom");
+  EXPECT_EQ(status()["replicas"], "two");
+  EXPECT_EQ(status()["note"], "left by a person");
+  EXPECT_EQ(condition("Ready")["reason"], "ReconcileError") << status().dump(2);
+}
+
 TEST_F(Rollout, WeightsThenKvCacheEachThroughACanaryThenPromoted) {
   deploy();
   change(to_int8);

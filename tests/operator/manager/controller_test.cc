@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "infergate/operator/manager/leader_guard.h"
 #include "infergate/operator/manager/metrics.h"
@@ -65,6 +67,80 @@ TEST(Controller, RetriesErrorsWithBackoffAndForgetsOnSuccess) {
   EXPECT_EQ(c.queue().retries("ns/a"), 0);
   EXPECT_EQ(r.calls("ns/a"), 3);
   EXPECT_EQ(c.reconciles(), 3u);
+}
+
+// A reconciler with a bug that throws for some keys: the last line catches it, has it recorded on the
+// object, and backs off that key alone.
+class ThrowingReconciler : public reconcile::Reconciler {
+ public:
+  Result<reconcile::Action> reconcile(const reconcile::Request& r) override {
+    std::lock_guard lock(mu_);
+    served_.push_back(r.key());
+    if (r.key() == "ns/bad") throw std::runtime_error("type_error.302: type must be string, but is number");
+    if (r.key() == "ns/odd") throw 42;  // not even a std::exception
+    return reconcile::Action::await_change();
+  }
+  void record_failure(const reconcile::Request& r, const std::string& what) override {
+    std::lock_guard lock(mu_);
+    recorded_.emplace_back(r.key(), what);
+  }
+  std::vector<std::string> served() {
+    std::lock_guard lock(mu_);
+    return served_;
+  }
+  std::vector<std::pair<std::string, std::string>> recorded() {
+    std::lock_guard lock(mu_);
+    return recorded_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> served_;
+  std::vector<std::pair<std::string, std::string>> recorded_;
+};
+
+TEST(Controller, AnExceptionFromOneReconcileIsRecordedAndBacksOffThatKeyWhileTheNextKeyIsServed) {
+  FakeClock clock;
+  ThrowingReconciler r;
+  Controller c(r, clock, ControllerOptions{"test", 1, 100ms, 10s}, nullptr);
+  c.enqueue("ns/bad");
+  c.enqueue("ns/good");
+  for (int i = 0; i < 2; ++i) {
+    auto k = c.queue().try_get();
+    ASSERT_TRUE(k);
+    EXPECT_NO_THROW(c.process(*k));
+    c.queue().done(*k);
+  }
+  EXPECT_EQ(r.served(), (std::vector<std::string>{"ns/bad", "ns/good"}));
+  ASSERT_EQ(r.recorded().size(), 1u);
+  EXPECT_EQ(r.recorded()[0].first, "ns/bad");
+  EXPECT_NE(r.recorded()[0].second.find("type_error.302"), std::string::npos);
+  // Only the key that threw backs off; the one served is forgotten.
+  EXPECT_EQ(c.queue().retries("ns/bad"), 1);
+  EXPECT_EQ(c.queue().retries("ns/good"), 0);
+  EXPECT_FALSE(c.queue().try_get());
+  clock.advance(100ms);
+  EXPECT_EQ(c.queue().try_get(), std::optional<std::string>("ns/bad"));
+}
+
+TEST(Controller, WorkersKeepServingOtherKeysWhileOneKeyKeepsThrowing) {
+  FakeClock clock;
+  ThrowingReconciler r;
+  Controller c(r, clock, ControllerOptions{"test", 1, 100ms, 10s}, nullptr);
+  c.start();
+  c.enqueue("ns/odd");
+  c.enqueue("ns/bad");
+  c.enqueue("ns/good");
+  ASSERT_TRUE(op::testing::eventually([&] {
+    auto s = r.served();
+    return std::find(s.begin(), s.end(), "ns/good") != s.end();
+  }));
+  c.stop();
+  const auto recorded = r.recorded();
+  ASSERT_EQ(recorded.size(), 2u);
+  EXPECT_EQ(recorded[0].first, "ns/odd");
+  EXPECT_EQ(recorded[0].second, "an exception that is not a std::exception");
+  EXPECT_EQ(recorded[1].first, "ns/bad");
 }
 
 TEST(Controller, RequeuesAfterTheReconcilersDelay) {

@@ -9,7 +9,9 @@
 // version, up to max_conflict_retries times; transient platform errors are returned (the manager
 // retries with backoff) without touching status, so an unreachable API server never flaps
 // conditions; a refusal by the platform (an invalid or forbidden object) is shown as Ready=False,
-// reason DeployFailed, with the platform's message.
+// reason DeployFailed, with the platform's message. A reconcile that threw (record_failure) is shown
+// as Ready=False and Progressing=False, reason ReconcileError, with the exception's words, announced by
+// one Warning Event; the rest of the status is kept as it was.
 // Assumptions: the manager never runs two reconciles of one model at once.
 #pragma once
 
@@ -40,6 +42,7 @@ class InferenceModelReconciler final : public reconcile::Reconciler {
                            ControllerOptions options = {});
 
   Result<reconcile::Action> reconcile(const reconcile::Request& request) override;
+  void record_failure(const reconcile::Request& request, const std::string& what) override;
 
   // What one reconcile of an object would observe and plan, without doing it (tests, dry runs).
   Result<Plan> plan(const Json& object);
@@ -47,6 +50,7 @@ class InferenceModelReconciler final : public reconcile::Reconciler {
  private:
   Result<Observed> observe(const ModelInput& in);
   Status execute(const platform::ModelRef& ref, const Plan& plan);
+  Status mark_failed(const reconcile::Request& request, const std::string& what);
 
   platform::ModelStore& models_;
   platform::Platform& platform_;

@@ -41,11 +41,22 @@ class Action {
   std::optional<std::chrono::nanoseconds> requeue_;
 };
 
+// The reason word of a reconcile that threw (see record_failure).
+inline constexpr std::string_view kReconcileError = "ReconcileError";
+
 class Reconciler {
  public:
   virtual ~Reconciler() = default;
   // Thread-safe for different requests; the manager never runs two reconciles of one key at once.
   virtual Result<Action> reconcile(const Request& request) = 0;
+  // The last line: the manager calls this, after logging it, when reconcile threw instead of returning
+  // (a bug of ours: outside data is refused with a condition before anything acts on it), with what the
+  // exception said. It records the failure on the object where it can (a condition, one event) and
+  // must not throw; the manager then retries that key alone, with backoff.
+  virtual void record_failure(const Request& request, const std::string& what) {
+    (void)request;
+    (void)what;
+  }
 };
 
 }  // namespace infergate::op::reconcile
