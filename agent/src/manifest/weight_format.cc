@@ -25,7 +25,8 @@ Error metadata_invalid(std::string_view file, const std::string& why) {
 
 // A description refusal as the agent reports it: WeightsInvalid, the description's word as "problem".
 Error weights_invalid(const Error& e) {
-  Error out = refusal(Reason::kWeightsInvalid, e.reason() + ": " + e.message()).with_detail("problem", e.reason());
+  Error out =
+      refusal(Reason::kWeightsInvalid, e.reason() + ": " + e.message()).with_detail("problem", e.reason());
   for (const auto& [k, v] : e.details()) out.with_detail(k, v);
   return out;
 }
