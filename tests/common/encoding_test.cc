@@ -46,5 +46,17 @@ TEST(Base64, RefusesMalformedInput) {
   EXPECT_TRUE(refused(base64_decode("Zm9v\nYmFy"), "", {"base64"}));
 }
 
+TEST(Utf8, AcceptsWellFormedTextAndRefusesInvalidOverlongSurrogateAndTruncatedSequences) {
+  EXPECT_TRUE(valid_utf8(""));
+  EXPECT_TRUE(valid_utf8("plain"));
+  EXPECT_TRUE(valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // é € 😀
+  EXPECT_FALSE(valid_utf8("\xff"));
+  EXPECT_FALSE(valid_utf8("a\x80"));             // a continuation byte alone
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(valid_utf8("\xe2\x82"));          // truncated at the end
+}
+
 }  // namespace
 }  // namespace infergate

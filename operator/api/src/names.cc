@@ -211,7 +211,7 @@ std::string short_hash(std::string_view data, size_t hex_chars) {
   return hex.substr(0, std::min(hex_chars, hex.size()));
 }
 
-std::string revision(const PodConfig& config) { return short_hash(canonical_json(config).dump()); }
+std::string revision(const PodConfig& config) { return short_hash(dump_json(canonical_json(config))); }
 
 ReleaseConfig release_config(const PodConfig& config) {
   ReleaseConfig r;

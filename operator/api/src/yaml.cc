@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <regex>
 
+#include "infergate/common/encoding.h"
+
 namespace infergate::op::api {
 namespace {
 
@@ -39,16 +41,40 @@ Json scalar(const YAML::Node& node) {
   return s;
 }
 
-Result<Json> convert(const YAML::Node& node, std::string_view what, int depth) {
+// What converting a document may cost: one unit per node and one per byte of scalar text. YAML aliases
+// refer to one node many times, and converting copies it each time, so a few hundred bytes of nested
+// aliases ("billion laughs") would expand to gigabytes; the budget stops that at a small multiple of
+// the text, which no document without aliases (nodes and scalar bytes are each at most its size) can
+// reach.
+struct Budget {
+  size_t left;
+  bool spend(size_t cost) {
+    if (cost > left) return false;
+    left -= cost;
+    return true;
+  }
+};
+
+Error too_expanded(std::string_view what, size_t budget) {
+  return Error(ErrorCode::kInvalidArgument,
+               std::string(what) + ": YAML aliases expand to more than " + std::to_string(budget) +
+                   " nodes and bytes; write the repeated parts out instead",
+               "YamlTooLarge");
+}
+
+Result<Json> convert(const YAML::Node& node, std::string_view what, int depth, Budget& budget, size_t total) {
   if (depth > kMaxDepth) return invalid_argument(std::string(what) + ": nested deeper than 128 levels");
+  if (!budget.spend(1)) return too_expanded(what, total);
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null: return Json(nullptr);
-    case YAML::NodeType::Scalar: return scalar(node);
+    case YAML::NodeType::Scalar:
+      if (!budget.spend(node.Scalar().size())) return too_expanded(what, total);
+      return scalar(node);
     case YAML::NodeType::Sequence: {
       Json arr = Json::array();
       for (const auto& item : node) {
-        INFERGATE_ASSIGN_OR_RETURN(Json v, convert(item, what, depth + 1));
+        INFERGATE_ASSIGN_OR_RETURN(Json v, convert(item, what, depth + 1, budget, total));
         arr.push_back(std::move(v));
       }
       return arr;
@@ -61,11 +87,12 @@ Result<Json> convert(const YAML::Node& node, std::string_view what, int depth) {
                                   ": map keys must be scalars");
         }
         const std::string& key = kv.first.Scalar();
+        if (!budget.spend(key.size())) return too_expanded(what, total);
         if (obj.contains(key)) {
           return invalid_argument(std::string(what) + ": line " + std::to_string(kv.first.Mark().line + 1) +
                                   ": duplicate key \"" + key + "\"");
         }
-        INFERGATE_ASSIGN_OR_RETURN(Json v, convert(kv.second, what, depth + 1));
+        INFERGATE_ASSIGN_OR_RETURN(Json v, convert(kv.second, what, depth + 1, budget, total));
         obj[key] = std::move(v);
       }
       return obj;
@@ -101,12 +128,12 @@ void emit(YAML::Emitter& out, const Json& v) {
       out << YAML::EndSeq;
       break;
     case Json::value_t::string: {
-      const auto& s = v.get_ref<const std::string&>();
+      const auto& s = v.get_ref<const std::string&>();  // json-internal: our own value, type switched on
       if (needs_quotes(s)) out << YAML::DoubleQuoted;
       out << s;
       break;
     }
-    case Json::value_t::boolean: out << (v.get<bool>() ? "true" : "false"); break;
+    case Json::value_t::boolean: out << (v == Json(true) ? "true" : "false"); break;
     case Json::value_t::null: out << YAML::Null; break;
     default: out << v.dump(); break;
   }
@@ -115,6 +142,16 @@ void emit(YAML::Emitter& out, const Json& v) {
 }  // namespace
 
 Result<std::vector<Json>> parse_yaml_documents(std::string_view text, std::string_view what) {
+  if (text.size() > kMaxYamlBytes) {
+    return Error(ErrorCode::kResourceExhausted,
+                 std::string(what) + ": " + std::to_string(text.size()) +
+                     " bytes of YAML is over the limit of " + std::to_string(kMaxYamlBytes),
+                 "YamlTooLarge");
+  }
+  // Strings travel on as JSON, which is UTF-8; YAML's reader does not check it.
+  if (!valid_utf8(text)) {
+    return invalid_argument(std::string(what) + ": not valid UTF-8");
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));
@@ -122,10 +159,12 @@ Result<std::vector<Json>> parse_yaml_documents(std::string_view text, std::strin
     return invalid_argument(std::string(what) + ": line " + std::to_string(e.mark.line + 1) + ", column " +
                             std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
+  const size_t total = kYamlExpansion * text.size() + kYamlExpansionSlack;
+  Budget budget{total};
   std::vector<Json> out;
   for (const auto& d : docs) {
     if (d.IsNull() || !d.IsDefined()) continue;
-    INFERGATE_ASSIGN_OR_RETURN(Json j, convert(d, what, 0));
+    INFERGATE_ASSIGN_OR_RETURN(Json j, convert(d, what, 0, budget, total));
     out.push_back(std::move(j));
   }
   return out;

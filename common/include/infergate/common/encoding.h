@@ -1,5 +1,5 @@
-// Hex and base64 (RFC 4648, standard alphabet, padded). Decoders are strict: any character outside
-// the alphabet, bad padding or a wrong length is an error, never silently skipped.
+// Hex and base64 (RFC 4648, standard alphabet, padded), and UTF-8 validation. Decoders are strict: any
+// character outside the alphabet, bad padding or a wrong length is an error, never silently skipped.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +22,8 @@ bool is_lower_hex(std::string_view text);
 
 std::string base64_encode(std::string_view bytes);
 Result<std::string> base64_decode(std::string_view text);
+
+// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
+bool valid_utf8(std::string_view text);
 
 }  // namespace infergate

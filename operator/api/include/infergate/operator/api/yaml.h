@@ -12,8 +12,17 @@
 
 namespace infergate::op::api {
 
+// The largest YAML text read (a manifest, a kubeconfig, a saved status), and how far aliases may
+// expand it: converting all documents of a text may cost at most kYamlExpansion units per byte of it
+// plus kYamlExpansionSlack, a unit being a node or a byte of scalar text. A text without aliases costs
+// at most two units per byte; "billion laughs" is refused with reason YamlTooLarge.
+inline constexpr size_t kMaxYamlBytes = 4u << 20;
+inline constexpr size_t kYamlExpansion = 4;
+inline constexpr size_t kYamlExpansionSlack = 64 * 1024;
+
 // Every document in the stream ("---" separated); empty documents are skipped. `what` names the
-// source in errors ("kubeconfig ~/.kube/config"), with the line and column of a syntax error.
+// source in errors ("kubeconfig ~/.kube/config"), with the line and column of a syntax error. Texts
+// over kMaxYamlBytes, and aliases expanding beyond the budget above, are refused (YamlTooLarge).
 Result<std::vector<Json>> parse_yaml_documents(std::string_view text, std::string_view what);
 // Exactly one document.
 Result<Json> parse_yaml(std::string_view text, std::string_view what);
