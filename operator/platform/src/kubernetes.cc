@@ -24,6 +24,19 @@ Json owner_reference(const ModelRef& m) {
                        {"blockOwnerDeletion", true}}});
 }
 
+// The metadata of an object the model owns: its name and labels, the template hash it was rendered
+// from (and any further annotations), and the model as its controlling owner.
+Json owned_metadata(const ModelRef& model, const std::string& name,
+                    const std::map<std::string, std::string>& labels, const std::string& hash,
+                    Json annotations = Json::object()) {
+  annotations[std::string(api::annotations::kTemplateHash)] = hash;
+  return {{"name", name},
+          {"namespace", model.namespace_},
+          {"labels", labels},
+          {"annotations", std::move(annotations)},
+          {"ownerReferences", owner_reference(model)}};
+}
+
 // "restricted" Pod Security Standard, plus a read-only root filesystem.
 Json container_security() {
   return {{"allowPrivilegeEscalation", false},
@@ -272,14 +285,8 @@ Json render_deployment(const ModelRef& model, const WorkloadSpec& spec) {
   return Json{
       {"apiVersion", "apps/v1"},
       {"kind", "Deployment"},
-      {"metadata",
-       {{"name", spec.name},
-        {"namespace", model.namespace_},
-        {"labels", spec.labels},
-        {"annotations",
-         {{std::string(api::annotations::kTemplateHash), hash},
-          {std::string(api::annotations::kRevision), spec.revision}}},
-        {"ownerReferences", owner_reference(model)}}},
+      {"metadata", owned_metadata(model, spec.name, spec.labels, hash,
+                                  {{std::string(api::annotations::kRevision), spec.revision}})},
       {"spec",
        {{"replicas", spec.replicas},
         {"selector", {{"matchLabels", selector}}},
@@ -298,12 +305,7 @@ Json render_service(const ModelRef& model, const EndpointSpec& spec) {
   return Json{
       {"apiVersion", "v1"},
       {"kind", "Service"},
-      {"metadata",
-       {{"name", spec.name},
-        {"namespace", model.namespace_},
-        {"labels", spec.labels},
-        {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
-        {"ownerReferences", owner_reference(model)}}},
+      {"metadata", owned_metadata(model, spec.name, spec.labels, spec.hash())},
       {"spec",
        {{"type", "ClusterIP"},
         {"selector", spec.selector},
@@ -315,12 +317,7 @@ Json render_service(const ModelRef& model, const EndpointSpec& spec) {
 Json render_disruption_budget(const ModelRef& model, const DisruptionBudgetSpec& spec) {
   return Json{{"apiVersion", "policy/v1"},
               {"kind", "PodDisruptionBudget"},
-              {"metadata",
-               {{"name", spec.name},
-                {"namespace", model.namespace_},
-                {"labels", spec.labels},
-                {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
-                {"ownerReferences", owner_reference(model)}}},
+              {"metadata", owned_metadata(model, spec.name, spec.labels, spec.hash())},
               {"spec",
                {{"maxUnavailable", spec.max_unavailable},
                 {"selector", {{"matchLabels", spec.selector}}},
@@ -429,12 +426,7 @@ Json render_job(const ModelRef& model, const JobSpec& spec) {
                    {"volumes", Json::array({{{"name", "tmp"}, {"emptyDir", Json::object()}}})}};
   return Json{{"apiVersion", "batch/v1"},
               {"kind", "Job"},
-              {"metadata",
-               {{"name", spec.name},
-                {"namespace", model.namespace_},
-                {"labels", spec.labels},
-                {"annotations", {{std::string(api::annotations::kTemplateHash), spec.hash()}}},
-                {"ownerReferences", owner_reference(model)}}},
+              {"metadata", owned_metadata(model, spec.name, spec.labels, spec.hash())},
               {"spec",
                {{"backoffLimit", 0},
                 {"activeDeadlineSeconds", spec.deadline_seconds},
